@@ -1,0 +1,52 @@
+# Every target sets itself up: a fresh clone needs only python3 (>= 3.11) and make.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+INCIDENT ?= fixtures/incidents/order-service-threadpool-config
+
+.PHONY: setup demo test lint system-deps replay bench fixtures clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## The embedded default: replay a recorded incident with the playbook reasoner, no servers.
+demo: $(STAMP)
+	$(VENV)/bin/opsagent investigate $(INCIDENT) --no-live
+
+## Debian's Prometheus and Alertmanager, for the tests that run real servers.
+system-deps:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null; then \
+		echo "prometheus and alertmanager present"; \
+	elif command -v apt-get >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+	else \
+		echo "apt-get not found: tests that need Prometheus/Alertmanager will be skipped"; \
+	fi
+
+test: $(STAMP) system-deps
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check opsagent adapters tests benchmarks fixtures/generate.py
+	$(VENV)/bin/ruff format --check opsagent adapters tests benchmarks
+	$(VENV)/bin/mypy
+
+replay: $(STAMP)
+	$(VENV)/bin/opsagent replay fixtures/incidents
+
+bench: $(STAMP)
+	$(PY) benchmarks/replay_bench.py fixtures/incidents
+
+fixtures: $(STAMP)
+	$(PY) fixtures/generate.py
+	$(VENV)/bin/opsagent fixtures validate fixtures/incidents
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,444 @@
+"""Replay sources: answer every data-source question from a recorded incident's raw telemetry.
+
+The same protocols as the live adapters, computed from the fixture rather than queried, so any
+strategy can ask any question of a recording. Read-only; indexes are built once per recording.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from statistics import median
+
+from opsagent.catalog import SignalCatalog
+from opsagent.errors import QueryRejected
+from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, SignalDef, unix
+from opsagent.logsummary import SimpleSummariser, Summariser
+from opsagent.models import (
+    ChangeRecord,
+    ChangesData,
+    Incident,
+    LogsData,
+    OperationStats,
+    SeriesStats,
+    ServiceSpanStats,
+    TimeRange,
+    TracesData,
+)
+from opsagent.selector import Matcher, Selector, SelectorError, parse
+from opsagent.stats import (
+    MIN_BASELINE,
+    Sample,
+    between,
+    change_point,
+    combine,
+    robust_spread,
+    safe_ratio,
+    shift_direction,
+    ts,
+)
+
+SERVICE_LABELS = ("service", "app", "application", "service_name", "job", "component", "container")
+_POD_SUFFIX = re.compile(r"^(.*?)(?:-[a-z0-9]{6,10})?-[a-z0-9]{5}$|^(.*?)-\d+$")
+
+
+def known_services(rec: Recording) -> set[str]:
+    names = {rec.alert.labels.get("service", "")}
+    names.update(e.caller for e in rec.topology)
+    names.update(e.callee for e in rec.topology)
+    names.update(r.service for r in rec.logs)
+    names.update(s.service for s in rec.traces)
+    names.update(c.service for c in rec.changes)
+    for series in rec.metrics:
+        names.update(series.labels[label] for label in SERVICE_LABELS if label in series.labels)
+    names.discard("")
+    return names
+
+
+def rollup(name: str, services: set[str]) -> str:
+    """The service a pod or instance name belongs to."""
+    best = max((s for s in services if name == s or name.startswith(s + "-")), key=len, default=None)
+    if best:
+        return best
+    m = _POD_SUFFIX.match(name)
+    return (m.group(1) or m.group(2)) if m else name
+
+
+def component_of(labels: dict[str, str], services: set[str]) -> str:
+    if "callee" in labels:
+        return labels["callee"]
+    for label in SERVICE_LABELS:
+        if label in labels:
+            return labels[label]
+    for label in ("pod", "instance", "pod_name"):
+        if label in labels:
+            return rollup(labels[label].split(":")[0], services)
+    return labels.get("__name__", "unknown")
+
+
+def as_rate(series: MetricSeries) -> list[Sample]:
+    """Counters become per-sample increases (reset-aware); gauges pass through."""
+    is_counter = series.type == "counter" or (series.type is None and series.name.endswith("_total"))
+    if not is_counter:
+        return list(series.samples)
+    out: list[Sample] = []
+    for (_, prev), (t, cur) in zip(series.samples, series.samples[1:], strict=False):
+        out.append((t, cur - prev if cur >= prev else cur))
+    return out
+
+
+def series_stats(
+    samples: list[Sample],
+    *,
+    incident: Incident,
+    signal: str,
+    component: str,
+    query: str,
+    spec: SignalDef,
+    series: int,
+    limit: float | None,
+) -> SeriesStats:
+    b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
+    onset, end = unix(incident.onset), unix(incident.window.end)
+    base = between(samples, b0, b1)
+    win = between(samples, onset, end)
+    centre = median(base) if len(base) >= MIN_BASELINE else None
+    spread = robust_spread(base, centre) if centre is not None else None
+    window_max = max(win) if win else None
+    level = _worse_half(win, spec.direction, centre) if win else None
+    z = (level - centre) / spread if level is not None and centre is not None and spread else None
+    ratio = safe_ratio(level, centre)
+    direction = shift_direction(z, ratio)
+    if level is not None and centre is not None and abs(level - centre) < spec.min_delta:
+        direction = "flat"
+    if (spec.direction == "down" and direction == "up") or (spec.direction == "up" and direction == "down"):
+        direction = "flat" if direction != "unknown" else direction
+    cp = change_point(samples, onset - 30 * 60, end)
+    return SeriesStats(
+        signal=signal,
+        component=component,
+        query=query,
+        unit=spec.unit,
+        series=series,
+        baseline_mean=centre,
+        baseline_std=spread,
+        window_mean=level,
+        window_max=window_max,
+        peak_ratio=safe_ratio(window_max, centre),
+        mean_ratio=ratio,
+        z_score=z,
+        change_point=ts(cp) if cp is not None else None,
+        limit=limit,
+        limit_fraction=safe_ratio(window_max, limit) if limit else None,
+        direction=direction,
+    )
+
+
+def _worse_half(values: list[float], direction: str, centre: float | None) -> float:
+    """Mean of the worse half of the window: a 12-minute spike in a 30-minute window still shows."""
+    ordered = sorted(values)
+    half = max(1, len(ordered) // 2)
+    if direction == "down":
+        chosen = ordered[:half]
+    elif direction == "up" or centre is None:
+        chosen = ordered[-half:]
+    else:
+        low, high = ordered[:half], ordered[-half:]
+        lo_mean, hi_mean = sum(low) / len(low), sum(high) / len(high)
+        chosen = low if abs(lo_mean - centre) > abs(hi_mean - centre) else high
+    return sum(chosen) / len(chosen)
+
+
+class ReplayMetrics:
+    name = "metrics:replay"
+
+    def __init__(self, recording: Recording, catalog: SignalCatalog) -> None:
+        self.recording = recording
+        self.catalog = catalog
+        self.services = known_services(recording)
+        self._series = [(s, component_of(s.labels, self.services), as_rate(s)) for s in recording.metrics]
+
+    def _select(self, selector: Selector) -> list[tuple[MetricSeries, str, list[Sample]]]:
+        out = []
+        for series, component, samples in self._series:
+            if selector.name and series.name != selector.name:
+                continue
+            if all(self._matches(m, series.labels, component) for m in selector.matchers):
+                out.append((series, component, samples))
+        return out
+
+    @staticmethod
+    def _matches(matcher: Matcher, labels: dict[str, str], component: str) -> bool:
+        if matcher.label in labels:
+            return matcher.matches(labels[matcher.label])
+        # A service matcher also selects the pods that roll up to that service.
+        if matcher.label in SERVICE_LABELS:
+            return matcher.matches(component)
+        return matcher.matches(None)
+
+    def _parse(self, query: str) -> Selector:
+        try:
+            return parse(query)
+        except SelectorError as exc:
+            raise QueryRejected(str(exc), source=self.name, query=query) from exc
+
+    def _limit(self, query: str | None, incident: Incident) -> float | None:
+        if not query:
+            return None
+        sel = self._parse(query)
+        if sel.constant is not None:
+            return sel.constant
+        values = [
+            v
+            for _, _, samples in self._select(sel)
+            for v in between(samples, unix(incident.window.start), unix(incident.window.end))
+        ]
+        return max(values) if values else None
+
+    async def stats(
+        self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident
+    ) -> SeriesStats | None:
+        matched = self._select(self._parse(query))
+        if not matched:
+            return None
+        samples = combine([s for _, _, s in matched], spec.agg)
+        limit_q = spec.limit.replace("$service", component) if spec.limit else None
+        return series_stats(
+            samples,
+            incident=incident,
+            signal=signal,
+            component=component,
+            query=query,
+            spec=spec,
+            series=len(matched),
+            limit=self._limit(limit_q, incident),
+        )
+
+    async def scan(self, *, incident: Incident) -> list[SeriesStats]:
+        groups: dict[tuple[str, str, str], list[list[Sample]]] = defaultdict(list)
+        for series, component, samples in self._series:
+            edge = series.labels.get("caller", "")
+            groups[(component, series.name, edge)].append(samples)
+        out = []
+        for (component, metric, edge), members in sorted(groups.items()):
+            signal = self.catalog.signal_of(metric)
+            spec = self.catalog.get(signal) if signal else None
+            spec = spec or SignalDef(query=metric, direction="any")
+            label = f'{{caller="{edge}", callee="{component}"}}' if edge else f'{{service="{component}"}}'
+            out.append(
+                series_stats(
+                    combine(members, spec.agg),
+                    incident=incident,
+                    signal=signal or metric,
+                    component=component,
+                    query=metric + label,
+                    spec=spec,
+                    series=len(members),
+                    limit=self._limit(spec.limit.replace("$service", component), incident) if spec.limit else None,
+                )
+            )
+        return out
+
+
+def post_onset(incident: Incident) -> TimeRange:
+    return TimeRange(start=incident.onset, end=incident.window.end)
+
+
+class ReplayLogs:
+    name = "logs:replay"
+
+    def __init__(self, recording: Recording, summariser: Summariser | None = None) -> None:
+        self.recording = recording
+        self.summariser = summariser or SimpleSummariser()
+        self._by_service: dict[str, list[LogRecord]] = defaultdict(list)
+        for rec in recording.logs:
+            self._by_service[rec.service].append(rec)
+
+    async def summary(self, *, incident: Incident, service: str | None, text: str | None) -> LogsData:
+        records = self._by_service.get(service, []) if service else self.recording.logs
+        if text:
+            try:
+                pattern = re.compile(text, re.I)
+            except re.error as exc:
+                raise QueryRejected(f"bad log text pattern: {exc}", source=self.name, query=text) from exc
+            records = [r for r in records if pattern.search(r.message)]
+        return self.summariser.summarise(
+            records, baseline=incident.baseline, window=post_onset(incident), service=service
+        )
+
+
+class ReplayChanges:
+    name = "changes:replay"
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+
+    async def changes(self, *, incident: Incident, service: str | None, before_min: float) -> ChangesData:
+        onset = unix(incident.onset)
+        start, end = onset - before_min * 60, unix(incident.window.end)
+        out = [
+            ChangeRecord(
+                id=c.id,
+                ts=c.ts,
+                end=c.end,
+                service=c.service,
+                kind=c.kind,
+                summary=c.summary,
+                from_version=c.from_version,
+                to_version=c.to_version,
+                author=c.author,
+                diff=c.diff,
+                minutes_before_onset=round((onset - unix(c.ts)) / 60, 1),
+            )
+            for c in self.recording.changes
+            if start <= unix(c.ts) <= end and (service is None or c.service == service)
+        ]
+        out.sort(key=lambda c: c.ts)
+        return ChangesData(changes=out)
+
+
+@dataclass(frozen=True)
+class _SpanTime:
+    service: str
+    operation: str
+    start: float
+    self_ms: float
+    total_ms: float
+    error: bool
+
+
+class ReplayTraces:
+    name = "traces:replay"
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+
+    @cached_property
+    def _spans(self) -> list[_SpanTime]:
+        spans = self.recording.traces
+        children: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+        for s in spans:
+            if s.parent_id:
+                children[(s.trace_id, s.parent_id)].append((s.start_s, s.start_s + s.duration_us / 1e6))
+        out = []
+        for s in spans:
+            start, end = s.start_s, s.start_s + s.duration_us / 1e6
+            covered = _union_length(children.get((s.trace_id, s.span_id), []), start, end)
+            out.append(
+                _SpanTime(
+                    service=s.service,
+                    operation=s.operation,
+                    start=start,
+                    self_ms=max(end - start - covered, 0.0) * 1000,
+                    total_ms=s.duration_us / 1000,
+                    error=s.status == "error",
+                )
+            )
+        return out
+
+    @cached_property
+    def _edges(self) -> list[Edge]:
+        by_id = {(s.trace_id, s.span_id): s.service for s in self.recording.traces}
+        pairs = {
+            (by_id[(s.trace_id, s.parent_id)], s.service)
+            for s in self.recording.traces
+            if s.parent_id and (s.trace_id, s.parent_id) in by_id
+        }
+        return [Edge(caller=a, callee=b, source="traces") for a, b in sorted(pairs) if a != b]
+
+    async def topology(self, *, incident: Incident) -> list[Edge]:
+        return self._edges
+
+    async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
+        b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
+        w0, w1 = unix(incident.onset), unix(incident.window.end)
+        wanted: set[str] | None = None
+        if service:
+            wanted = {service}
+            wanted.update(e.callee for e in self._edges if e.caller == service)
+            wanted.update(e.caller for e in self._edges if e.callee == service)
+        base: dict[str, list[_SpanTime]] = defaultdict(list)
+        win: dict[str, list[_SpanTime]] = defaultdict(list)
+        for sp in self._spans:
+            if wanted is not None and sp.service not in wanted:
+                continue
+            if b0 <= sp.start < b1:
+                base[sp.service].append(sp)
+            elif w0 <= sp.start < w1:
+                win[sp.service].append(sp)
+        services = []
+        for name in sorted(set(base) | set(win)):
+            bs, ws = base.get(name, []), win.get(name, [])
+            self_b = _p50([s.self_ms for s in bs])
+            self_w = _p50([s.self_ms for s in ws])
+            services.append(
+                ServiceSpanStats(
+                    service=name,
+                    spans_baseline=len(bs),
+                    spans_window=len(ws),
+                    self_ms_baseline=self_b,
+                    self_ms_window=self_w,
+                    self_shift=safe_ratio(self_w, max(self_b, 0.05)) if self_b is not None else None,
+                    total_ms_baseline=_p50([s.total_ms for s in bs]),
+                    total_ms_window=_p50([s.total_ms for s in ws]),
+                    errors_baseline=sum(s.error for s in bs),
+                    errors_window=sum(s.error for s in ws),
+                )
+            )
+        ops: dict[tuple[str, str], list[_SpanTime]] = defaultdict(list)
+        for name, spans in win.items():
+            for sp in spans:
+                ops[(name, sp.operation)].append(sp)
+        slowest = sorted(
+            (
+                OperationStats(
+                    service=svc,
+                    operation=op,
+                    p95_ms=round(_pct([s.total_ms for s in spans], 0.95), 2),
+                    self_p95_ms=round(_pct([s.self_ms for s in spans], 0.95), 2),
+                    count=len(spans),
+                )
+                for (svc, op), spans in ops.items()
+            ),
+            key=lambda o: (-o.self_p95_ms, o.service, o.operation),
+        )[:5]
+        blocked = [
+            s.service
+            for s in services
+            if (s.total_ms_window or 0) >= 1.5 * max(s.total_ms_baseline or 0, 0.05)
+            and (s.self_shift is None or s.self_shift < 1.3)
+        ]
+        return TracesData(
+            services=services,
+            slowest_operations=slowest,
+            error_spans={s.service: s.errors_window for s in services if s.errors_window},
+            blocked_parents=blocked,
+        )
+
+
+def _p50(values: list[float]) -> float | None:
+    return round(median(values), 3) if values else None
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _union_length(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of child intervals clipped to the parent: parallel calls count once."""
+    total, cur_start, cur_end = 0.0, None, None
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
+        if b <= a:
+            continue
+        if cur_end is None or a > cur_end:
+            if cur_end is not None and cur_start is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = a, b
+        else:
+            cur_end = max(cur_end, b)
+    if cur_end is not None and cur_start is not None:
+        total += cur_end - cur_start
+    return total

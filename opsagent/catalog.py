@@ -1,0 +1,64 @@
+"""The signal catalog: semantic signals (latency_p99, error_ratio, …) mapped to queries.
+
+Playbooks speak in signals; an environment (config, or a recorded incident's ``signals:``)
+overrides entries. The catalog also answers the reverse question triage asks: which signal is
+this raw metric name, if any.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import yaml
+from pydantic import ValidationError
+
+from opsagent.errors import ConfigError
+from opsagent.fixtures import SignalDef
+from opsagent.selector import SelectorError, parse
+
+
+class SignalCatalog:
+    def __init__(self, signals: dict[str, SignalDef]) -> None:
+        self.signals = dict(signals)
+        self._by_metric: dict[str, str] = {}
+        for name, sig in self.signals.items():
+            try:
+                metric = parse(sig.query).name
+            except SelectorError:
+                continue  # full PromQL: fine live, not reverse-mappable
+            if metric:
+                self._by_metric.setdefault(metric, name)
+
+    def __contains__(self, signal: str) -> bool:
+        return signal in self.signals
+
+    def get(self, signal: str) -> SignalDef | None:
+        return self.signals.get(signal)
+
+    def query(self, signal: str, component: str) -> str:
+        return self.signals[signal].query.replace("$service", component)
+
+    def limit_query(self, signal: str, component: str) -> str | None:
+        limit = self.signals[signal].limit
+        return limit.replace("$service", component) if limit else None
+
+    def signal_of(self, metric_name: str) -> str | None:
+        return self._by_metric.get(metric_name)
+
+    def merged(self, overrides: dict[str, SignalDef]) -> SignalCatalog:
+        return SignalCatalog({**self.signals, **overrides})
+
+
+@cache
+def _default_signals() -> dict[str, SignalDef]:
+    text = resources.files("opsagent").joinpath("data/signals.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    try:
+        return {name: SignalDef.model_validate(entry) for name, entry in raw.items()}
+    except ValidationError as exc:  # a packaging mistake, not user input
+        raise ConfigError(f"default signal catalog is invalid: {exc}") from exc
+
+
+def default_catalog() -> SignalCatalog:
+    return SignalCatalog(_default_signals())

@@ -1,0 +1,90 @@
+"""The project's exception tree.
+
+Foreign exceptions (httpx, elasticsearch, OSError, yaml, pydantic) are translated once, at the
+boundary where they enter, with ``raise ... from exc``. Errors carry their context as attributes
+and never log in their constructor.
+
+    OpsAgentError
+    ├── UserError                  stops the run; the message tells the user what to fix
+    │   ├── ConfigError            bad configuration or unknown option value (e.g. strategy)
+    │   ├── PlaybookError          a playbook file that does not validate (file, field)
+    │   ├── FixtureError           a recorded incident that does not validate (file, line, field)
+    │   └── AlertError             an alert file or payload that does not validate
+    └── SourceError                a data source failed; the investigation goes on without it
+        ├── SourceUnavailable      could not connect / refused / missing data
+        ├── SourceTimeout          the call took longer than its per-call timeout
+        └── QueryRejected          the source understood the call and refused it (bad query)
+
+``SourceError`` is what the tool layer turns into an observation that names the source; a
+``UserError`` aborts with a clear message and never a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class OpsAgentError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class UserError(OpsAgentError):
+    """An error the user fixes: bad input, bad configuration."""
+
+
+class ConfigError(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: where it is and what is wrong."""
+
+    file: str
+    message: str
+    line: int | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file + (f":{self.line}" if self.line is not None else "")
+        at = f" [{self.field}]" if self.field else ""
+        return f"{where}{at}: {self.message}"
+
+
+class PlaybookError(UserError):
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("invalid playbook:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class FixtureError(UserError):
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("invalid recorded incident:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class AlertError(UserError):
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("invalid alert:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class SourceError(OpsAgentError):
+    """A data source failed. ``source`` names it (e.g. ``metrics:replay``)."""
+
+    def __init__(self, message: str, *, source: str, query: str | None = None) -> None:
+        self.source = source
+        self.query = query
+        super().__init__(message)
+
+
+class SourceUnavailable(SourceError):
+    pass
+
+
+class SourceTimeout(SourceError):
+    pass
+
+
+class QueryRejected(SourceError):
+    pass

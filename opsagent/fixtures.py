@@ -1,0 +1,304 @@
+"""Recorded incidents: the on-disk format, its loader and its validator.
+
+A fixture directory holds ``incident.yaml`` and optional raw telemetry files (``metrics``,
+``logs``, ``changes``, ``traces``; ``.jsonl`` or ``.jsonl.gz``). The loader returns the telemetry
+and the visible part of ``incident.yaml`` as a :class:`Recording`, and ``truth`` separately as
+:class:`Truth`: nothing a reasoner is handed can reach the truth. This module does no analysis.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from opsagent.errors import FixtureError, Problem
+from opsagent.models import FAULT_KINDS, Alert, TimeRange
+
+TELEMETRY = ("metrics", "logs", "changes", "traces")
+
+
+class SignalDef(BaseModel):
+    """One entry of a signal catalog: how a semantic signal is queried in an environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(description="PromQL (or replay selector) with $service standing for the component")
+    unit: str | None = None
+    direction: Literal["up", "down", "any"] = Field(
+        default="up", description="which way is bad: a latency going up, a hit ratio going down"
+    )
+    agg: Literal["max", "sum", "mean"] = Field(
+        default="max", description="how several matching series (pods) combine into one"
+    )
+    limit: str | None = Field(default=None, description="query for the ceiling of this signal")
+    scope: Literal["service", "edge"] = "service"
+    min_delta: float = Field(default=0.0, ge=0, description="smallest absolute change that matters")
+
+
+class Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    caller: str
+    callee: str
+    source: Literal["declared", "traces"] = "declared"
+
+
+class Truth(BaseModel):
+    """The ground truth. Used by scoring only; never shown to a reasoner."""
+
+    model_config = ConfigDict(extra="allow")
+
+    service: str
+    kind: str
+    summary: str
+    change_ids: list[str] = Field(default_factory=list)
+    expect: Literal["confirmed", "inconclusive"] | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of: {', '.join(FAULT_KINDS)}")
+        return kind
+
+
+class IncidentFile(BaseModel):
+    """``incident.yaml`` as written on disk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    alert: Alert
+    window: TimeRange
+    baseline: TimeRange | None = None
+    topology: list[Edge] = Field(default_factory=list)
+    signals: dict[str, SignalDef] = Field(default_factory=dict)
+    meta: str | None = None
+    truth: Truth | None = None
+
+
+class MetricSeries(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    labels: dict[str, str]
+    samples: list[tuple[float, float]]
+    unit: str | None = None
+    type: Literal["gauge", "counter"] | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _has_name(cls, labels: dict[str, str]) -> dict[str, str]:
+        if "__name__" not in labels:
+            raise ValueError("labels must include __name__")
+        return labels
+
+    @property
+    def name(self) -> str:
+        return self.labels["__name__"]
+
+
+class LogRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    ts: AwareDatetime
+    service: str
+    level: str
+    message: str
+    trace_id: str | None = None
+    pod: str | None = None
+
+
+class Change(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    ts: AwareDatetime
+    end: AwareDatetime | None = None
+    service: str
+    kind: Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
+    summary: str
+    from_version: str | None = None
+    to_version: str | None = None
+    author: str | None = None
+    diff: str | None = None
+
+
+class Span(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    service: str
+    operation: str
+    start: datetime | int = Field(description="RFC3339, or unix nanoseconds")
+    duration_us: float = Field(ge=0)
+    status: Literal["ok", "error", "unset"] = "unset"
+
+    @field_validator("start", mode="after")
+    @classmethod
+    def _aware(cls, v: datetime | int) -> datetime | int:
+        if isinstance(v, datetime) and v.tzinfo is None:
+            raise ValueError("timestamp must carry a timezone (use Z for UTC)")
+        return v
+
+    @property
+    def start_s(self) -> float:
+        if isinstance(self.start, int):
+            return self.start / 1e9
+        return self.start.timestamp()
+
+
+_RECORD_MODELS: dict[str, type[BaseModel]] = {
+    "metrics": MetricSeries,
+    "logs": LogRecord,
+    "changes": Change,
+    "traces": Span,
+}
+
+
+class Recording(BaseModel):
+    """A recorded incident as a reasoner may see it: telemetry and the visible header. No truth."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    slug: str
+    alert: Alert
+    window: TimeRange
+    baseline: TimeRange | None
+    topology: list[Edge]
+    signals: dict[str, SignalDef]
+    meta: str | None
+    metrics: list[MetricSeries]
+    logs: list[LogRecord]
+    changes: list[Change]
+    traces: list[Span]
+    present: frozenset[str] = Field(description="which telemetry files the recording has")
+
+
+def _open_text(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        yield from fh
+
+
+def telemetry_file(directory: Path, name: str) -> Path | None:
+    for candidate in (directory / f"{name}.jsonl", directory / f"{name}.jsonl.gz"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(record)"
+
+
+def _read_records(path: Path, model: type[BaseModel], problems: list[Problem]) -> list[Any]:
+    records: list[Any] = []
+    try:
+        for lineno, line in enumerate(_open_text(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(model.model_validate_json(line))
+            except ValidationError as exc:
+                for err in exc.errors():
+                    loc = tuple(p for p in err["loc"] if p != "json_invalid")
+                    problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        problems.append(Problem(str(path), f"cannot read: {exc}"))
+    return records
+
+
+def _read_header(path: Path, problems: list[Problem]) -> IncidentFile | None:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        problems.append(Problem(str(path), f"cannot read: {exc}"))
+        return None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problems.append(Problem(str(path), f"not valid YAML: {exc}", line=line))
+        return None
+    if not isinstance(raw, dict):
+        problems.append(Problem(str(path), "must be a mapping with alert, window, truth…"))
+        return None
+    try:
+        return IncidentFile.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problems.append(Problem(str(path), err["msg"], field=_field_path(err["loc"])))
+        return None
+
+
+def validate(directory: Path) -> list[Problem]:
+    """Every problem of a fixture directory, with file, line and field. Empty when valid."""
+    return _load(directory)[2]
+
+
+def load(directory: Path) -> tuple[Recording, Truth | None]:
+    """Load a fixture; raise :class:`FixtureError` naming every problem found."""
+    recording, truth, problems = _load(directory)
+    if problems or recording is None:
+        raise FixtureError(problems or [Problem(str(directory), "not a recorded incident")])
+    return recording, truth
+
+
+def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem]]:
+    problems: list[Problem] = []
+    header_path = directory / "incident.yaml"
+    if not directory.is_dir():
+        return None, None, [Problem(str(directory), "not a directory")]
+    if not header_path.exists():
+        return None, None, [Problem(str(header_path), "missing: every recorded incident needs one")]
+    header = _read_header(header_path, problems)
+    telemetry: dict[str, list[Any]] = {}
+    present: set[str] = set()
+    for name in TELEMETRY:
+        path = telemetry_file(directory, name)
+        telemetry[name] = [] if path is None else _read_records(path, _RECORD_MODELS[name], problems)
+        if path is not None:
+            present.add(name)
+    if header is None or problems:
+        return None, None, problems
+    recording = Recording(
+        slug=directory.name,
+        alert=header.alert,
+        window=header.window,
+        baseline=header.baseline,
+        topology=header.topology,
+        signals=header.signals,
+        meta=header.meta,
+        present=frozenset(present),
+        **telemetry,
+    )
+    return recording, header.truth, problems
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schemas of every file of the format, generated from the models above."""
+    schemas = {"incident.yaml": IncidentFile.model_json_schema(by_alias=True)}
+    for name, model in _RECORD_MODELS.items():
+        schemas[f"{name}.jsonl"] = model.model_json_schema()
+    return schemas
+
+
+def write_json_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, schema in json_schemas().items():
+        path = directory / f"{name.split('.')[0]}.schema.json"
+        path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def unix(ts: datetime) -> float:
+    return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).timestamp()

@@ -1,0 +1,401 @@
+"""Domain models: what an investigation is made of, from the alert to the report.
+
+Every boundary speaks these pydantic models; they serialise straight into JSON reports and
+fixtures. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+#: The fault taxonomy. ``truth.kind`` in fixtures and ``kind`` in playbooks come from here.
+FAULT_KINDS: tuple[str, ...] = (
+    "deploy_regression",
+    "config_change",
+    "thread_pool_exhaustion",
+    "db_pool_exhaustion",
+    "slow_query",
+    "downstream_latency",
+    "cpu_saturation",
+    "memory_leak",
+    "gc_pause",
+    "network_degradation",
+    "traffic_surge",
+    "code_exception",
+    "cache_failure",
+    "disk_full",
+    "certificate_expiry",
+    "dns_failure",
+    "unknown",
+)
+
+#: Kinds whose cause is a change someone made; they explain the mechanism they trigger.
+CHANGE_KINDS: frozenset[str] = frozenset({"deploy_regression", "config_change"})
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SourceKind(StrEnum):
+    metrics = "metrics"
+    logs = "logs"
+    changes = "changes"
+    traces = "traces"
+
+
+class Symptom(StrEnum):
+    latency = "latency"
+    errors = "errors"
+    saturation = "saturation"
+    availability = "availability"
+    traffic = "traffic"
+    unknown = "unknown"
+
+
+class TimeRange(Frozen):
+    start: AwareDatetime
+    end: AwareDatetime
+
+    @field_validator("end")
+    @classmethod
+    def _end_after_start(cls, end: datetime, info: Any) -> datetime:
+        start = info.data.get("start")
+        if start is not None and end <= start:
+            raise ValueError("end must be after start")
+        return end
+
+    def contains(self, ts: datetime) -> bool:
+        return self.start <= ts < self.end
+
+    @property
+    def minutes(self) -> float:
+        return (self.end - self.start).total_seconds() / 60
+
+
+# ---------------------------------------------------------------- the trigger
+
+
+class Alert(BaseModel):
+    """An Alertmanager alert object (as in the webhook payload's ``alerts[]``)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    starts_at: AwareDatetime = Field(alias="startsAt")
+    ends_at: AwareDatetime | None = Field(default=None, alias="endsAt")
+    generator_url: str | None = Field(default=None, alias="generatorURL")
+    fingerprint: str | None = None
+    status: str | None = None
+
+    @field_validator("ends_at", mode="before")
+    @classmethod
+    def _zero_time_is_none(cls, v: Any) -> Any:
+        # Alertmanager sends 0001-01-01T00:00:00Z for "not ended".
+        if isinstance(v, str) and v.startswith("0001-01-01"):
+            return None
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _has_alertname(cls, labels: dict[str, str]) -> dict[str, str]:
+        if not labels:
+            raise ValueError("an alert needs at least one label (alertname)")
+        return labels
+
+
+class Incident(Frozen):
+    """The fixed objective of one investigation. It never changes while hypotheses do."""
+
+    id: str
+    title: str
+    services: tuple[str, ...]
+    symptom: Symptom
+    onset: AwareDatetime
+    window: TimeRange
+    baseline: TimeRange
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def service(self) -> str:
+        return self.services[0]
+
+
+# ---------------------------------------------------------------- acting and observing
+
+ArgValue = str | int | float | bool | list[str]
+
+
+class Action(Frozen):
+    """One read-only tool call. ``tool`` is one of the tool layer's names."""
+
+    tool: str
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+
+    def key(self) -> str:
+        parts = ",".join(f"{k}={self.args[k]!r}" for k in sorted(self.args))
+        return f"{self.tool}({parts})"
+
+
+class SeriesStats(Frozen):
+    """A metric signal of one component: incident window against its baseline."""
+
+    signal: str
+    component: str
+    query: str
+    unit: str | None = None
+    series: int
+    baseline_mean: float | None
+    baseline_std: float | None
+    window_mean: float | None
+    window_max: float | None
+    peak_ratio: float | None = Field(description="window max / baseline mean")
+    mean_ratio: float | None = Field(description="window mean / baseline mean")
+    z_score: float | None = Field(description="robust shift of the window against the baseline")
+    change_point: AwareDatetime | None
+    limit: float | None = None
+    limit_fraction: float | None = Field(default=None, description="window max / limit")
+    direction: Literal["up", "down", "flat", "unknown"]
+
+
+class MetricsData(Frozen):
+    type: Literal["metrics"] = "metrics"
+    stats: list[SeriesStats]
+
+
+class LogTemplate(Frozen):
+    id: str
+    template: str
+    count: int
+    baseline_count: int
+    window_count: int
+    first_seen: AwareDatetime
+    last_seen: AwareDatetime
+    levels: list[str]
+    services: list[str]
+    sample: str
+    new: bool
+    bursting: bool
+
+
+class LogsData(Frozen):
+    type: Literal["logs"] = "logs"
+    service: str | None
+    total: int
+    by_level: dict[str, int]
+    by_service: dict[str, int]
+    families: dict[str, int] = Field(description="keyword family counts in the incident window")
+    baseline_families: dict[str, int]
+    templates: list[LogTemplate]
+    samples: list[str]
+    estimated: bool = False
+
+
+class ChangeRecord(Frozen):
+    id: str
+    ts: AwareDatetime
+    end: AwareDatetime | None = None
+    service: str
+    kind: str
+    summary: str
+    from_version: str | None = None
+    to_version: str | None = None
+    author: str | None = None
+    diff: str | None = None
+    minutes_before_onset: float
+
+
+class ChangesData(Frozen):
+    type: Literal["changes"] = "changes"
+    changes: list[ChangeRecord]
+
+
+class ServiceSpanStats(Frozen):
+    service: str
+    spans_baseline: int
+    spans_window: int
+    self_ms_baseline: float | None
+    self_ms_window: float | None
+    self_shift: float | None = Field(description="window p50 self time / baseline p50 self time")
+    total_ms_baseline: float | None
+    total_ms_window: float | None
+    errors_baseline: int
+    errors_window: int
+
+
+class OperationStats(Frozen):
+    service: str
+    operation: str
+    p95_ms: float
+    self_p95_ms: float
+    count: int
+
+
+class TracesData(Frozen):
+    type: Literal["traces"] = "traces"
+    services: list[ServiceSpanStats]
+    slowest_operations: list[OperationStats]
+    error_spans: dict[str, int]
+    blocked_parents: list[str] = Field(
+        description="services whose window latency is mostly time spent waiting on callees"
+    )
+
+
+class ErrorData(Frozen):
+    type: Literal["error"] = "error"
+    error: str
+    hint: str | None = None
+
+
+ObservationData = Annotated[MetricsData | LogsData | ChangesData | TracesData | ErrorData, Field(discriminator="type")]
+
+
+class Observation(Frozen):
+    """What one tool call returned. ``id`` is citable as evidence and derived from the call."""
+
+    id: str
+    action: Action
+    source: SourceKind | None
+    data: ObservationData
+    text: str
+    tokens: int
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not isinstance(self.data, ErrorData)
+
+
+# ---------------------------------------------------------------- reasoning
+
+
+class Hypothesis(Frozen):
+    id: str
+    component: str
+    kind: str
+    statement: str
+    confirm_if: list[str]
+    refute_if: list[str]
+    prior: float
+    score: float
+    playbook: str | None = None
+    why: list[str] = Field(default_factory=list)
+    explains: list[str] = Field(default_factory=list, description="triage features this hypothesis accounts for")
+
+
+class Evidence(Frozen):
+    observation_id: str
+    source: SourceKind
+    stance: Literal["supports", "refutes"]
+    statement: str
+    check: str | None = None
+
+
+class Step(Frozen):
+    """One turn of a ReAct loop: the thought, the call, what came back."""
+
+    index: int
+    thought: str
+    action: Action | None
+    observation_id: str | None
+    evidence: list[Evidence] = Field(default_factory=list)
+    tokens: int
+
+
+VerdictStatus = Literal["confirmed", "probable", "refuted", "inconclusive"]
+
+
+class Verdict(Frozen):
+    status: VerdictStatus
+    reason: str
+    supporting: list[Evidence] = Field(default_factory=list)
+    refuting: list[Evidence] = Field(default_factory=list)
+
+
+class HypothesisResult(Frozen):
+    hypothesis: Hypothesis
+    steps: list[Step]
+    verdict: Verdict
+    stop_reason: str
+
+
+class LessonTrigger(Frozen):
+    symptom: Symptom
+    condition: str = Field(description="the observed signal, template or condition that misled")
+    signals: list[str] = Field(default_factory=list)
+
+
+class Citation(Frozen):
+    observation_id: str
+    value: str
+
+
+class Lesson(Frozen):
+    trigger: LessonTrigger
+    refuting_evidence: list[Citation] = Field(min_length=1)
+    next_action: Action
+    refuted_kind: str
+    services: list[str]
+    source_incident: str
+    created_at: AwareDatetime
+
+
+# ---------------------------------------------------------------- the answer
+
+
+class Suspect(Frozen):
+    component: str
+    kind: str
+    score: float
+    status: VerdictStatus | Literal["unverified"]
+    why: str
+
+
+class TimelineEvent(Frozen):
+    ts: AwareDatetime
+    what: str
+    kind: Literal["change", "onset", "symptom", "alert"]
+    observation_id: str | None = None
+
+
+class Cost(BaseModel):
+    steps: int = 0
+    tool_calls: int = 0
+    cache_hits: int = 0
+    tokens: int = 0
+    wall_ms: float = 0.0
+
+
+class Report(BaseModel):
+    incident: Incident
+    strategy: str
+    status: Literal["confirmed", "probable", "inconclusive"]
+    root_cause: Suspect | None
+    statement: str
+    confidence: float
+    evidence: list[Evidence]
+    timeline: list[TimelineEvent]
+    results: list[HypothesisResult]
+    suspects: list[Suspect]
+    lessons: list[Lesson]
+    unreadable_sources: dict[str, str] = Field(default_factory=dict)
+    next_steps: list[str] = Field(default_factory=list)
+    cost: Cost
+    observations: list[Observation] = Field(default_factory=list)
+
+    @property
+    def refuted(self) -> list[HypothesisResult]:
+        return [r for r in self.results if r.verdict.status == "refuted"]
+
+
+def utc(ts: datetime) -> datetime:
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def minutes(n: float) -> timedelta:
+    return timedelta(minutes=n)

@@ -1,0 +1,119 @@
+"""How an observation reads: compact text for a reasoner's context and a human's eyes.
+
+The text is what token budgets count (4 characters a token, the usual estimate). Renderers are
+plain functions, one per observation type, and never truncate a line mid-way: they choose what to
+show, highest information first.
+"""
+
+from __future__ import annotations
+
+from opsagent.models import (
+    ChangesData,
+    ErrorData,
+    LogsData,
+    MetricsData,
+    ObservationData,
+    SeriesStats,
+    TracesData,
+)
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4)
+
+
+def fmt(value: float | None, unit: str | None = None) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "s" and abs(value) < 10:
+        return f"{value * 1000:.0f} ms"
+    if unit == "bytes":
+        return f"{value / 2**20:.0f} MiB"
+    if abs(value) >= 100 or value == int(value):
+        return f"{value:.0f}" + (f" {unit}" if unit and unit not in ("ratio", "count") else "")
+    return f"{value:.3g}" + (f" {unit}" if unit and unit not in ("ratio", "count") else "")
+
+
+def describe_series(s: SeriesStats) -> str:
+    parts = [
+        f"{s.signal} of {s.component}: baseline {fmt(s.baseline_mean, s.unit)}",
+        f"window {fmt(s.window_mean, s.unit)} (peak {fmt(s.window_max, s.unit)})",
+    ]
+    if s.mean_ratio is not None:
+        parts.append(f"x{s.mean_ratio:.2f}")
+    if s.z_score is not None:
+        parts.append(f"z={s.z_score:.1f}")
+    parts.append(s.direction)
+    if s.limit is not None:
+        parts.append(f"at {fmt(s.window_max)}/{fmt(s.limit)} of limit")
+    if s.change_point is not None and s.direction in ("up", "down"):
+        parts.append(f"shift at {s.change_point:%H:%M}")
+    return ", ".join(parts)
+
+
+def _metrics(d: MetricsData) -> str:
+    if not d.stats:
+        return "no series matched"
+    return "\n".join(describe_series(s) for s in d.stats)
+
+
+def _logs(d: LogsData) -> str:
+    scope = d.service or "all services"
+    lines = [
+        f"logs of {scope} after onset: {sum(d.by_level.values())} lines; "
+        + ", ".join(f"{k}={v}" for k, v in d.by_level.items()),
+    ]
+    if d.families:
+        lines.append(
+            "families (window/baseline): "
+            + ", ".join(f"{k}={v}/{d.baseline_families.get(k, 0)}" for k, v in d.families.items())
+        )
+    for t in d.templates:
+        flags = "NEW " if t.new else "BURST " if t.bursting else ""
+        lines.append(
+            f"[{t.id}] {flags}{'/'.join(t.levels)} x{t.window_count} (baseline {t.baseline_count}) "
+            f"{t.first_seen:%H:%M}-{t.last_seen:%H:%M} {', '.join(t.services[:3])}: {t.template}"
+        )
+    lines.extend(f"sample: {s.splitlines()[0]}" for s in d.samples)
+    return "\n".join(lines)
+
+
+def _changes(d: ChangesData) -> str:
+    if not d.changes:
+        return "no changes in range"
+    return "\n".join(
+        f"[{c.id}] {c.ts:%H:%M} ({c.minutes_before_onset:+.0f} min before onset) {c.kind} {c.service}: "
+        f"{c.summary}"
+        + (f" ({c.from_version} -> {c.to_version})" if c.to_version else "")
+        + (f"\n    diff: {c.diff.strip()}" if c.diff else "")
+        for c in d.changes
+    )
+
+
+def _traces(d: TracesData) -> str:
+    lines = []
+    for s in d.services:
+        shift = f"x{s.self_shift:.2f}" if s.self_shift is not None else "n/a"
+        lines.append(
+            f"{s.service}: self p50 {fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms ({shift}), "
+            f"total p50 {fmt(s.total_ms_baseline)} -> {fmt(s.total_ms_window)} ms, "
+            f"errors {s.errors_baseline} -> {s.errors_window}"
+        )
+    for o in d.slowest_operations:
+        lines.append(f"slow: {o.service} {o.operation} p95 {o.p95_ms:.0f} ms (self {o.self_p95_ms:.0f} ms)")
+    if d.blocked_parents:
+        lines.append("waiting on callees: " + ", ".join(d.blocked_parents))
+    return "\n".join(lines) or "no spans in range"
+
+
+def describe(data: ObservationData) -> str:
+    if isinstance(data, MetricsData):
+        return _metrics(data)
+    if isinstance(data, LogsData):
+        return _logs(data)
+    if isinstance(data, ChangesData):
+        return _changes(data)
+    if isinstance(data, TracesData):
+        return _traces(data)
+    assert isinstance(data, ErrorData)
+    return f"error: {data.error}" + (f" (hint: {data.hint})" if data.hint else "")

@@ -1,0 +1,342 @@
+"""One investigation, end to end: alert -> incident -> strategy -> judge -> conclusion -> report.
+
+This module wires the parts and writes the conclusion; it owns no analysis of its own. Truth never
+passes through here: replay scoring reads it beside the report, after the fact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from adapters.replay import ReplayChanges, ReplayLogs, ReplayMetrics, ReplayTraces
+from opsagent.catalog import SignalCatalog, default_catalog
+from opsagent.fixtures import Edge, Recording, Truth, load
+from opsagent.incident import open_incident
+from opsagent.logsummary import Summariser
+from opsagent.loop import Budget, Clock, Listener, Meter
+from opsagent.models import (
+    CHANGE_KINDS,
+    Action,
+    Alert,
+    ChangesData,
+    Cost,
+    Evidence,
+    HypothesisResult,
+    Incident,
+    Lesson,
+    MetricsData,
+    Report,
+    Suspect,
+    Symptom,
+    TimelineEvent,
+)
+from opsagent.playbooks import Playbook, load_playbooks
+from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.strategies import Outcome, strategy
+from opsagent.tools import Sources, Toolbox
+from opsagent.triage import Triage
+
+log = structlog.get_logger("opsagent.pipeline")
+
+DEFAULT_PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+
+SYMPTOM_SIGNAL = {
+    Symptom.latency: "latency_p99",
+    Symptom.errors: "error_ratio",
+    Symptom.availability: "error_ratio",
+    Symptom.traffic: "request_rate",
+}
+
+
+def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Summariser | None = None) -> Sources:
+    present = recording.present
+    return Sources(
+        metrics=ReplayMetrics(recording, catalog) if "metrics" in present else None,
+        logs=ReplayLogs(recording, summariser) if "logs" in present else None,
+        changes=ReplayChanges(recording) if "changes" in present else None,
+        traces=ReplayTraces(recording) if "traces" in present else None,
+    )
+
+
+async def refine_onset(alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident) -> datetime:
+    """The onset is when the alerting signal shifted, which an alert's ``for:`` delays past."""
+    signal = SYMPTOM_SIGNAL.get(incident.symptom)
+    if signal is None or sources.metrics is None or signal not in catalog:
+        return alert.starts_at
+    toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident)
+    obs = await toolbox.call(Action(tool="metrics.signal", args={"signal": signal, "service": incident.service}))
+    if isinstance(obs.data, MetricsData) and obs.data.stats:
+        s = obs.data.stats[0]
+        earliest = alert.starts_at.timestamp() - 20 * 60
+        if (
+            s.change_point is not None
+            and s.direction == "up"
+            and earliest <= s.change_point.timestamp() <= alert.starts_at.timestamp()
+        ):
+            return s.change_point
+    return alert.starts_at
+
+
+async def investigate(
+    alert: Alert,
+    *,
+    sources: Sources,
+    catalog: SignalCatalog,
+    reasoner: Reasoner,
+    strategy_name: str = "hybrid",
+    budget: Budget | None = None,
+    topology: list[Edge] | None = None,
+    listener: Listener | None = None,
+    lessons: Sequence[Lesson] = (),
+    clock: Clock = time.perf_counter,
+    now: datetime | None = None,
+    incident_id: str | None = None,
+    recording: Recording | None = None,
+) -> Report:
+    budget = budget or Budget()
+    chosen = strategy(strategy_name)
+    meter = Meter(budget=budget, clock=clock, listener=listener)
+    provisional = open_incident(
+        alert,
+        window=recording.window if recording else None,
+        baseline=recording.baseline if recording else None,
+        id=incident_id,
+    )
+    onset = await refine_onset(alert, sources, catalog, provisional)
+    incident = open_incident(
+        alert,
+        onset=onset,
+        window=provisional.window,
+        baseline=recording.baseline if recording else None,
+        id=provisional.id,
+    )
+    toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s)
+    log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
+    outcome = await chosen.run(
+        incident, reasoner=reasoner, toolbox=toolbox, meter=meter, topology=topology or [], lessons=lessons
+    )
+    stamp = now or datetime.now(UTC)
+    written = [lesson for r in outcome.results if (lesson := reasoner.reflect(incident, r, stamp))]
+    report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.name, lessons=written)
+    log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
+    return report
+
+
+# ---------------------------------------------------------------- conclusion
+
+_STATUS_ORDER = {"confirmed": 0, "probable": 1, "inconclusive": 2, "unverified": 2, "refuted": 3}
+
+
+def suspects(outcome: Outcome) -> list[Suspect]:
+    """One entry per component: confirmed first (causes before mechanisms), probable, the rest by score."""
+    best: dict[str, Suspect] = {}
+
+    def offer(s: Suspect) -> None:
+        cur = best.get(s.component)
+        if cur is None or _order(s) < _order(cur):
+            best[s.component] = s
+
+    verdicts = {r.hypothesis.id: r for r in outcome.results}
+    tri_score = {c.component: c.score for c in outcome.triage.components}
+    for h in outcome.proposed:
+        r = verdicts.get(h.id)
+        status = r.verdict.status if r else "unverified"
+        why = r.verdict.reason if r else "; ".join(h.why)
+        if status == "refuted":
+            offer(
+                Suspect(
+                    component=h.component,
+                    kind="unknown",
+                    score=round(tri_score.get(h.component, 0) * 0.5, 4),
+                    status="unverified",
+                    why=f"{h.kind} refuted: {why}",
+                )
+            )
+            continue
+        offer(Suspect(component=h.component, kind=h.kind, score=h.score, status=status, why=why))
+    for c in outcome.triage.components:
+        if c.score > 0:
+            offer(
+                Suspect(
+                    component=c.component,
+                    kind="unknown",
+                    score=round(c.score * 0.01, 5),
+                    status="unverified",
+                    why="; ".join(c.why[:3]) or "anomalous",
+                )
+            )
+    return sorted(best.values(), key=_order)
+
+
+def _order(s: Suspect) -> tuple[int, int, float, str]:
+    change_first = 0 if s.kind in CHANGE_KINDS else 1
+    rank = _STATUS_ORDER[s.status]
+    return (rank, change_first if rank == 0 else 0, -s.score, s.component)
+
+
+def conclude(
+    incident: Incident,
+    outcome: Outcome,
+    toolbox: Toolbox,
+    meter: Meter,
+    *,
+    strategy_name: str,
+    lessons: list[Lesson],
+) -> Report:
+    ranked = suspects(outcome)
+    top = ranked[0] if ranked and ranked[0].status in ("confirmed", "probable") else None
+    winner = _result_for(outcome.results, top)
+    evidence: list[Evidence] = list(winner.verdict.supporting) if winner else []
+    if top is not None and winner is not None:
+        status = "confirmed" if top.status == "confirmed" else "probable"
+        chain = "; ".join(e.statement for e in evidence)
+        statement = f"{winner.hypothesis.statement}. Evidence: {chain}"
+        kinds = {e.source for e in evidence}
+        confidence = min(0.5 + 0.15 * len(kinds), 0.95) if status == "confirmed" else 0.5
+        mechanisms = [
+            r
+            for r in outcome.results
+            if r is not winner and r.verdict.status == "confirmed" and r.hypothesis.component == top.component
+        ]
+        for m in mechanisms:  # the mechanism a change set off belongs to the causal chain
+            evidence.extend(e for e in m.verdict.supporting if e not in evidence)
+    else:
+        status, confidence = "inconclusive", 0.0
+        ruled = [r for r in outcome.results if r.verdict.status == "refuted"]
+        statement = "inconclusive — needs a human. " + (
+            f"Ruled out: {', '.join(f'{r.hypothesis.kind} on {r.hypothesis.component}' for r in ruled)}."
+            if ruled
+            else "Nothing could be confirmed or ruled out."
+        )
+    cost = Cost(
+        steps=meter.steps,
+        tool_calls=toolbox.calls,
+        cache_hits=toolbox.cache_hits,
+        tokens=meter.tokens,
+        wall_ms=round(meter.elapsed_s() * 1000, 2),
+    )
+    return Report(
+        incident=incident,
+        strategy=strategy_name,
+        status=status,
+        root_cause=top,
+        statement=statement,
+        confidence=round(confidence, 2),
+        evidence=evidence,
+        timeline=timeline(incident, outcome.triage, toolbox, evidence),
+        results=outcome.results,
+        suspects=ranked,
+        lessons=lessons,
+        unreadable_sources=dict(toolbox.unreadable),
+        next_steps=next_steps(top, winner, outcome, ranked),
+        cost=cost,
+        observations=sorted(toolbox.observations.values(), key=lambda o: o.id),
+    )
+
+
+def _result_for(results: list[HypothesisResult], top: Suspect | None) -> HypothesisResult | None:
+    if top is None:
+        return None
+    return next(
+        (
+            r
+            for r in results
+            if r.hypothesis.component == top.component
+            and r.hypothesis.kind == top.kind
+            and r.verdict.status == top.status
+        ),
+        None,
+    )
+
+
+def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list[Evidence]) -> list[TimelineEvent]:
+    events = [
+        TimelineEvent(ts=incident.onset, what=f"onset: {incident.title}", kind="onset"),
+    ]
+    cited = {e.observation_id for e in evidence}
+    for obs in toolbox.observations.values():
+        if isinstance(obs.data, ChangesData):
+            for c in obs.data.changes:
+                if 0 <= c.minutes_before_onset <= 45 and (
+                    obs.id in cited
+                    or c.service in incident.services
+                    or any(c.service == s.component for s in found.components[:3])
+                ):
+                    events.append(
+                        TimelineEvent(
+                            ts=c.ts,
+                            what=f"{c.kind} {c.service}: {c.summary} [{c.id}]",
+                            kind="change",
+                            observation_id=obs.id,
+                        )
+                    )
+        if isinstance(obs.data, MetricsData) and obs.id in cited:
+            for s in obs.data.stats:
+                if s.change_point is not None and s.direction in ("up", "down"):
+                    events.append(
+                        TimelineEvent(
+                            ts=s.change_point,
+                            what=f"{s.signal} of {s.component} {s.direction}",
+                            kind="symptom",
+                            observation_id=obs.id,
+                        )
+                    )
+    unique = {(e.ts, e.what): e for e in events}
+    return sorted(unique.values(), key=lambda e: (e.ts, e.kind))
+
+
+def next_steps(
+    top: Suspect | None, winner: HypothesisResult | None, outcome: Outcome, ranked: list[Suspect]
+) -> list[str]:
+    if top is not None and winner is not None:
+        steps = [f"Confirm with the owners of {top.component}; opsagent is read-only and changed nothing."]
+        if top.kind in CHANGE_KINDS:
+            steps.insert(0, f"Consider rolling back the change to {top.component} cited in the evidence.")
+        return steps
+    look = ", ".join(f"{s.component}" for s in ranked[:3]) or "the alerting service"
+    return [
+        f"Look first at: {look} (highest triage scores).",
+        "Check sources opsagent could not read, if any, and re-run with a larger budget.",
+    ]
+
+
+def load_default_playbooks(directory: Path | None = None) -> list[Playbook]:
+    return load_playbooks(directory or DEFAULT_PLAYBOOKS)
+
+
+async def investigate_fixture(
+    path: Path,
+    *,
+    playbooks: Sequence[Playbook] | None = None,
+    reasoner: Reasoner | None = None,
+    strategy_name: str = "hybrid",
+    budget: Budget | None = None,
+    clock: Clock = time.perf_counter,
+    lessons: Sequence[Lesson] = (),
+    listener: Listener | None = None,
+) -> tuple[Report, Truth | None]:
+    """Replay a recorded incident. Truth is returned beside the report, never passed inward."""
+    recording, truth = load(path)
+    catalog = default_catalog().merged(recording.signals)
+    reasoner = reasoner or PlaybookReasoner(playbooks if playbooks is not None else load_default_playbooks())
+    report = await investigate(
+        recording.alert,
+        sources=replay_sources(recording, catalog),
+        catalog=catalog,
+        reasoner=reasoner,
+        strategy_name=strategy_name,
+        budget=budget,
+        topology=recording.topology,
+        clock=clock,
+        now=recording.window.end,
+        incident_id=recording.slug,
+        recording=recording,
+        lessons=lessons,
+        listener=listener,
+    )
+    return report, truth

@@ -1,0 +1,581 @@
+"""Playbooks: YAML knowledge of fault kinds, validated into models, and the expectation vocabulary.
+
+A playbook says when a fault kind applies (symptoms, triage features it requires and features that
+make it likelier), its prior, how to state it, and its checks: a tool call plus what result would
+confirm it and what would refute it. Expectations come from the fixed vocabulary below, implemented
+here in Python: a playbook cannot run code. A broken playbook is a :class:`PlaybookError` naming
+the file and the field.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from opsagent.errors import PlaybookError, Problem
+from opsagent.logsummary import FAMILIES
+from opsagent.models import (
+    FAULT_KINDS,
+    ArgValue,
+    ChangeRecord,
+    ChangesData,
+    Incident,
+    LogsData,
+    MetricsData,
+    Observation,
+    SeriesStats,
+    ServiceSpanStats,
+    Symptom,
+    TracesData,
+)
+from opsagent.observations import fmt
+from opsagent.tools import TOOLS
+
+ChangeKind = Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
+
+PLACEHOLDERS = frozenset({"service", "symptom", "alert_service"})
+
+Op = Literal[
+    "increased",
+    "decreased",
+    "unchanged",
+    "near_limit",
+    "below_limit",
+    "shifted_near_onset",
+    "below_value",
+    "above_value",
+    "component_quiet",
+    "family_burst",
+    "family_quiet",
+    "new_errors",
+    "no_new_errors",
+    "change_before_onset",
+    "no_change_before_onset",
+    "change_mentions",
+    "self_time_up",
+    "self_time_flat",
+    "errors_up",
+    "waiting_on_callees",
+]
+
+_TOOL_OF_OP: dict[str, tuple[str, ...]] = {
+    "metrics": (
+        "increased",
+        "decreased",
+        "unchanged",
+        "near_limit",
+        "below_limit",
+        "shifted_near_onset",
+        "below_value",
+        "above_value",
+        "component_quiet",
+    ),
+    "logs": ("family_burst", "family_quiet", "new_errors", "no_new_errors"),
+    "changes": ("change_before_onset", "no_change_before_onset", "change_mentions"),
+    "traces": ("self_time_up", "self_time_flat", "errors_up", "waiting_on_callees"),
+}
+
+
+class Expectation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Op
+    min_ratio: float = 1.5
+    max_ratio: float = 0.7
+    tolerance: float = 1.3
+    fraction: float | None = None
+    value: float = 0.0
+    within_min: float = 45.0
+    family: str | None = None
+    exclude: list[str] = Field(default_factory=list, description="log families that disqualify a template")
+    min_count: int = 5
+    kinds: list[ChangeKind] = Field(default_factory=lambda: list(get_args(ChangeKind)))
+    pattern: str | None = None
+    min_shift: float = 1.5
+    max_shift: float = 1.3
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, family: str | None) -> str | None:
+        if family is not None and family not in FAMILIES:
+            raise ValueError(f"unknown log family {family!r}; one of: {', '.join(FAMILIES)}")
+        return family
+
+    @field_validator("exclude")
+    @classmethod
+    def _known_families(cls, families: list[str]) -> list[str]:
+        unknown = [f for f in families if f not in FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown log families {unknown}; one of: {', '.join(FAMILIES)}")
+        return families
+
+    @field_validator("pattern")
+    @classmethod
+    def _valid_regex(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return pattern
+
+    @model_validator(mode="after")
+    def _needs(self) -> Expectation:
+        if self.op in ("family_burst", "family_quiet") and self.family is None:
+            raise ValueError(f"{self.op} needs a family")
+        if self.op == "change_mentions" and self.pattern is None:
+            raise ValueError("change_mentions needs a pattern")
+        return self
+
+    def source(self) -> str:
+        return next(kind for kind, ops in _TOOL_OF_OP.items() if self.op in ops)
+
+
+class Check(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    tool: str
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    says: str = Field(description="the thought behind the check, in words")
+    confirm: Expectation | None = None
+    refute: Expectation | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Check:
+        if self.tool not in TOOLS:
+            raise ValueError(f"unknown tool {self.tool!r}; one of: {', '.join(TOOLS)}")
+        if self.confirm is None and self.refute is None:
+            raise ValueError("a check needs confirm, refute or both")
+        source = self.tool.split(".")[0]
+        for exp in (self.confirm, self.refute):
+            if exp is not None and exp.source() != source:
+                raise ValueError(f"expectation {exp.op!r} reads {exp.source()}, but the tool is {self.tool}")
+        for value in self.args.values():
+            _check_placeholders(str(value))
+        _check_placeholders(self.says)
+        return self
+
+
+class Applies(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    symptoms: list[Symptom] = Field(default_factory=list, description="empty: any symptom")
+    requires: list[str] = Field(default_factory=list, description="feature patterns that must all be present")
+    requires_any: list[str] = Field(default_factory=list, description="at least one must be present")
+    indicators: dict[str, float] = Field(default_factory=dict, description="feature pattern -> weight")
+    role: Literal["any", "downstream"] = Field(
+        default="any", description="downstream: never the alerting service itself (a dependency's fault)"
+    )
+
+
+class Playbook(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: str
+    title: str
+    prior: float = Field(gt=0, le=1)
+    applies: Applies
+    statement: str
+    checks: list[Check] = Field(min_length=2)
+    source_file: str | None = Field(default=None, exclude=True)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in FAULT_KINDS or kind == "unknown":
+            raise ValueError(f"unknown fault kind {kind!r}; one of: {', '.join(FAULT_KINDS[:-1])}")
+        return kind
+
+    @field_validator("statement")
+    @classmethod
+    def _statement_fields(cls, statement: str) -> str:
+        _check_placeholders(statement)
+        return statement
+
+    @model_validator(mode="after")
+    def _unique_checks(self) -> Playbook:
+        ids = [c.id for c in self.checks]
+        if len(ids) != len(set(ids)):
+            raise ValueError("check ids must be unique within a playbook")
+        return self
+
+    def explained(self, features: dict[str, float]) -> list[str]:
+        """The component's features this playbook's conditions account for."""
+        patterns = [*self.applies.requires, *self.applies.requires_any, *self.applies.indicators]
+        return sorted(f for f in features if any(fnmatch.fnmatchcase(f, p) for p in patterns))
+
+    def match(self, features: dict[str, float], symptom: Symptom) -> float | None:
+        """How well this playbook fits a component's triage features; None when it does not apply."""
+        if self.applies.symptoms and symptom != Symptom.unknown and symptom not in self.applies.symptoms:
+            return None
+        if not all(_present(pattern, features) for pattern in self.applies.requires):
+            return None
+        if self.applies.requires_any and not any(_present(p, features) for p in self.applies.requires_any):
+            return None
+        total = sum(self.applies.indicators.values()) or 1.0
+        hit = sum(w for p, w in self.applies.indicators.items() if _present(p, features))
+        return hit / total
+
+
+def _present(pattern: str, features: dict[str, float]) -> bool:
+    return any(fnmatch.fnmatchcase(f, pattern) for f in features)
+
+
+def _check_placeholders(template: str) -> None:
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name is not None and name not in PLACEHOLDERS:
+            raise ValueError(f"unknown placeholder {{{name}}}; allowed: {', '.join(sorted(PLACEHOLDERS))}")
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    return template.format(**values)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_playbooks(directory: Path) -> list[Playbook]:
+    problems: list[Problem] = []
+    books: list[Playbook] = []
+    files = sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))
+    if not files:
+        raise PlaybookError([Problem(str(directory), "no playbooks (*.yaml) found")])
+    for path in files:
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            mark = getattr(exc, "problem_mark", None)
+            problems.append(Problem(str(path), f"cannot parse: {exc}", line=mark.line + 1 if mark else None))
+            continue
+        try:
+            book = Playbook.model_validate(raw)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "(playbook)"
+                problems.append(Problem(str(path), err["msg"], field=loc))
+            continue
+        books.append(book.model_copy(update={"source_file": str(path)}))
+    seen: dict[str, str] = {}
+    for book in books:
+        if book.id in seen:
+            problems.append(
+                Problem(
+                    book.source_file or "?", f"duplicate playbook id {book.id!r} (also in {seen[book.id]})", field="id"
+                )
+            )
+        seen[book.id] = book.source_file or "?"
+    if problems:
+        raise PlaybookError(problems)
+    return books
+
+
+# ---------------------------------------------------------------- the expectation vocabulary
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Whether an expectation held (None: the data cannot say) and the value that decided it."""
+
+    met: bool | None
+    value: str
+
+
+@dataclass(frozen=True)
+class Context:
+    incident: Incident
+    service: str
+
+
+Evaluator = Callable[[Expectation, Observation, Context], Outcome]
+_UNKNOWN = Outcome(None, "no data")
+
+
+def _stats(obs: Observation) -> SeriesStats | None:
+    if isinstance(obs.data, MetricsData) and obs.data.stats:
+        return obs.data.stats[0]
+    return None
+
+
+def _ratio_text(s: SeriesStats) -> str:
+    ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else "x?"
+    return f"{s.signal} {fmt(s.baseline_mean, s.unit)} -> {fmt(s.window_mean, s.unit)} ({ratio})"
+
+
+def _increased(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.mean_ratio is None:
+        return _UNKNOWN
+    return Outcome(s.direction == "up" and s.mean_ratio >= exp.min_ratio, _ratio_text(s))
+
+
+def _decreased(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.mean_ratio is None:
+        return _UNKNOWN
+    return Outcome(s.direction == "down" and s.mean_ratio <= exp.max_ratio, _ratio_text(s))
+
+
+def _unchanged(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.mean_ratio is None:
+        return _UNKNOWN
+    flat = s.direction == "flat" and 1 / exp.tolerance <= s.mean_ratio <= exp.tolerance
+    return Outcome(flat, _ratio_text(s) + (" flat" if flat else ""))
+
+
+def _limit_text(s: SeriesStats) -> str:
+    return f"{s.signal} {fmt(s.window_mean)}/{fmt(s.limit)} of its limit (peak {fmt(s.window_max)})"
+
+
+def _near_limit(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.limit_fraction is None:
+        return _UNKNOWN
+    return Outcome(s.limit_fraction >= (exp.fraction or 0.9), _limit_text(s))
+
+
+def _below_limit(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.limit_fraction is None:
+        return _UNKNOWN
+    return Outcome(s.limit_fraction < (exp.fraction or 0.5), _limit_text(s))
+
+
+def _shifted_near_onset(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.change_point is None:
+        return _UNKNOWN
+    gap = abs((s.change_point - ctx.incident.onset).total_seconds()) / 60
+    moved = s.direction in ("up", "down")
+    return Outcome(moved and gap <= exp.within_min, f"{s.signal} shifted {s.direction} at {s.change_point:%H:%M}")
+
+
+def _below_value(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.window_mean is None:
+        return _UNKNOWN
+    return Outcome(
+        s.window_mean <= exp.value, f"{s.signal} at {fmt(s.window_mean, s.unit)} (threshold {fmt(exp.value, s.unit)})"
+    )
+
+
+def _above_value(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _stats(obs)
+    if s is None or s.window_mean is None:
+        return _UNKNOWN
+    return Outcome(
+        s.window_mean >= exp.value, f"{s.signal} at {fmt(s.window_mean, s.unit)} (threshold {fmt(exp.value, s.unit)})"
+    )
+
+
+def _component_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when the component has series and none of them moved the bad way by x``min_ratio``."""
+    if not isinstance(obs.data, MetricsData):
+        return _UNKNOWN
+    mine = [s for s in obs.data.stats if s.component == ctx.service]
+    if not mine:
+        return _UNKNOWN
+    moved = [
+        s
+        for s in mine
+        if s.direction in ("up", "down")
+        and s.mean_ratio is not None
+        and (s.mean_ratio >= exp.min_ratio or s.mean_ratio <= 1 / exp.min_ratio)
+    ]
+    if moved:
+        return Outcome(False, "; ".join(_ratio_text(s) for s in moved[:3]))
+    return Outcome(True, f"none of the {len(mine)} series of {ctx.service} moved beyond x{exp.min_ratio:g}")
+
+
+def _logs(obs: Observation) -> LogsData | None:
+    return obs.data if isinstance(obs.data, LogsData) else None
+
+
+def _family_counts(exp: Expectation, data: LogsData, ctx: Context) -> tuple[int, float]:
+    inc = ctx.incident
+    window_min = max((inc.window.end - inc.onset).total_seconds() / 60, 1.0)
+    scale = window_min / max(inc.baseline.minutes, 1.0)
+    fam = exp.family or ""
+    return data.families.get(fam, 0), data.baseline_families.get(fam, 0) * scale
+
+
+def _family_burst(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _logs(obs)
+    if data is None:
+        return _UNKNOWN
+    n, expected = _family_counts(exp, data, ctx)
+    text = f"{n} '{exp.family}' lines after onset (baseline rate ~{expected:.0f})"
+    return Outcome(n >= exp.min_count and n >= 3 * max(expected, 1.0), text)
+
+
+def _family_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _logs(obs)
+    if data is None or data.total == 0:
+        return _UNKNOWN
+    n, expected = _family_counts(exp, data, ctx)
+    return Outcome(n < max(exp.min_count, 2 * expected), f"{n} '{exp.family}' lines after onset")
+
+
+def _new_error_templates(exp: Expectation, data: LogsData) -> list[str]:
+    out = []
+    for t in data.templates:
+        if t.new and set(t.levels) & {"error", "fatal"}:
+            pattern = FAMILIES.get(exp.family) if exp.family else None
+            if pattern is not None and not pattern.search(t.sample):
+                continue
+            if any(FAMILIES[f].search(t.sample) for f in exp.exclude):
+                continue
+            out.append(f"[{t.id}] x{t.window_count} {t.template}")
+    return out
+
+
+def _new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _logs(obs)
+    if data is None:
+        return _UNKNOWN
+    found = _new_error_templates(exp, data)
+    return Outcome(bool(found), "new error templates: " + "; ".join(found[:2]) if found else "no new error templates")
+
+
+def _no_new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _logs(obs)
+    if data is None or data.total == 0:
+        return _UNKNOWN
+    found = _new_error_templates(exp, data)
+    return Outcome(not found, "no new error templates" if not found else "; ".join(found[:2]))
+
+
+def qualifying_changes(exp: Expectation, obs: Observation, ctx: Context) -> list[ChangeRecord] | None:
+    if not isinstance(obs.data, ChangesData):
+        return None
+    out = []
+    for c in obs.data.changes:
+        if c.service != ctx.service or c.kind not in exp.kinds:
+            continue
+        in_progress = c.end is not None and c.end >= ctx.incident.onset
+        if 0 <= c.minutes_before_onset <= exp.within_min or (c.minutes_before_onset >= 0 and in_progress):
+            out.append(c)
+    return out
+
+
+def diff_lines(diff: str) -> list[str]:
+    """The changed lines of a unified diff (or the whole text when it is not one)."""
+    lines = [ln.strip() for ln in diff.splitlines() if ln.strip()]
+    changed = [f"{ln[0]} {ln[1:].strip()}" for ln in lines if ln[0] in "+-" and not ln.startswith(("+++", "---"))]
+    return changed or lines
+
+
+def change_text(c: ChangeRecord) -> str:
+    versions = f" {c.from_version} -> {c.to_version}" if c.to_version else ""
+    diff = f"; diff: {' | '.join(diff_lines(c.diff)[:6])}" if c.diff else ""
+    return f"[{c.id}] {c.kind} {c.service}{versions}: {c.summary}{diff} ({c.minutes_before_onset:.0f} min before onset)"
+
+
+def _change_before_onset(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    found = qualifying_changes(exp, obs, ctx)
+    if found is None:
+        return _UNKNOWN
+    return Outcome(
+        bool(found), change_text(found[-1]) if found else f"no {'/'.join(exp.kinds)} change to {ctx.service}"
+    )
+
+
+def _no_change_before_onset(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    found = qualifying_changes(exp, obs, ctx)
+    if found is None:
+        return _UNKNOWN
+    return Outcome(
+        not found,
+        f"no {'/'.join(exp.kinds)} change to {ctx.service} within {exp.within_min:.0f} min before onset"
+        if not found
+        else change_text(found[-1]),
+    )
+
+
+def _change_mentions(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    found = qualifying_changes(exp, obs, ctx)
+    if found is None:
+        return _UNKNOWN
+    pattern = re.compile(exp.pattern or "", re.I)
+    hits = [c for c in found if pattern.search(f"{c.summary}\n{c.diff or ''}")]
+    return Outcome(
+        bool(hits), change_text(hits[-1]) if hits else f"no change to {ctx.service} mentions /{exp.pattern}/"
+    )
+
+
+def _span_stats(obs: Observation, ctx: Context) -> ServiceSpanStats | None:
+    if not isinstance(obs.data, TracesData):
+        return None
+    return next((s for s in obs.data.services if s.service == ctx.service), None)
+
+
+def _self_time_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _span_stats(obs, ctx)
+    if s is None or s.self_shift is None:
+        return _UNKNOWN
+    text = f"{ctx.service} self time x{s.self_shift:.2f} ({fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms)"
+    return Outcome(s.self_shift >= exp.min_shift, text)
+
+
+def _self_time_flat(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _span_stats(obs, ctx)
+    if s is None or s.self_shift is None:
+        return _UNKNOWN
+    return Outcome(s.self_shift <= exp.max_shift, f"{ctx.service} self time x{s.self_shift:.2f}")
+
+
+def _errors_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _span_stats(obs, ctx)
+    if s is None:
+        return _UNKNOWN
+    base_rate = s.errors_baseline / max(s.spans_baseline, 1)
+    rate = s.errors_window / max(s.spans_window, 1)
+    text = f"{ctx.service} error spans {s.errors_baseline} -> {s.errors_window}"
+    return Outcome(s.errors_window >= 3 and rate >= 3 * base_rate + 0.01, text)
+
+
+def _waiting_on_callees(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    if not isinstance(obs.data, TracesData):
+        return _UNKNOWN
+    waiting = ctx.service in obs.data.blocked_parents
+    return Outcome(waiting, f"{ctx.service} {'is' if waiting else 'is not'} mostly waiting on callees")
+
+
+EVALUATORS: dict[str, Evaluator] = {
+    "increased": _increased,
+    "decreased": _decreased,
+    "unchanged": _unchanged,
+    "near_limit": _near_limit,
+    "below_limit": _below_limit,
+    "shifted_near_onset": _shifted_near_onset,
+    "below_value": _below_value,
+    "above_value": _above_value,
+    "component_quiet": _component_quiet,
+    "family_burst": _family_burst,
+    "family_quiet": _family_quiet,
+    "new_errors": _new_errors,
+    "no_new_errors": _no_new_errors,
+    "change_before_onset": _change_before_onset,
+    "no_change_before_onset": _no_change_before_onset,
+    "change_mentions": _change_mentions,
+    "self_time_up": _self_time_up,
+    "self_time_flat": _self_time_flat,
+    "errors_up": _errors_up,
+    "waiting_on_callees": _waiting_on_callees,
+}
+
+
+def evaluate(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    if not obs.ok:
+        return Outcome(None, obs.text)
+    return EVALUATORS[exp.op](exp, obs, ctx)

@@ -1,0 +1,294 @@
+"""Reasoners: who thinks. They propose hypotheses, choose the next action, and write lessons.
+
+The pipeline asks every reasoner the same four questions (:class:`Reasoner`). The playbook reasoner
+is the embedded default: deterministic, offline, free. ``ScriptedReasoner`` is the fake that ships
+in the package, so tests drive the loop without a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from opsagent.models import (
+    CHANGE_KINDS,
+    Action,
+    Citation,
+    Evidence,
+    Hypothesis,
+    HypothesisResult,
+    Incident,
+    Lesson,
+    LessonTrigger,
+    Observation,
+    SourceKind,
+    Step,
+)
+from opsagent.playbooks import Check, Context, Playbook, evaluate, fill
+from opsagent.triage import Triage
+
+
+class Decision(BaseModel):
+    thought: str
+    action: Action | None
+    evidence: list[Evidence] = []
+
+
+class Reasoner(Protocol):
+    name: str
+
+    def propose(
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+    ) -> list[Hypothesis]: ...
+
+    def rank(
+        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
+    ) -> list[Hypothesis]: ...
+
+    async def decide(
+        self,
+        incident: Incident,
+        hypothesis: Hypothesis,
+        steps: Sequence[Step],
+        observations: Mapping[str, Observation],
+        *,
+        final: bool,
+    ) -> Decision: ...
+
+    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None: ...
+
+
+#: How many of triage's top components get hypotheses.
+TOP_COMPONENTS = 6
+
+
+def action_of(check: Check, hypothesis: Hypothesis, incident: Incident) -> Action:
+    values = {"service": hypothesis.component, "symptom": incident.symptom.value, "alert_service": incident.service}
+    args = {k: fill(v, values) if isinstance(v, str) else v for k, v in check.args.items()}
+    return Action(tool=check.tool, args=args)
+
+
+class PlaybookReasoner:
+    """Hypotheses from playbooks x triage's suspects; actions from the playbooks' checks."""
+
+    name = "playbook"
+
+    def __init__(self, playbooks: Sequence[Playbook]) -> None:
+        self.playbooks = {p.id: p for p in playbooks}
+
+    def propose(
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+    ) -> list[Hypothesis]:
+        suspects = [c for c in triage.components if c.score > 0 or c.component in incident.services]
+        suspects = suspects[:TOP_COMPONENTS]
+        top = max((c.score for c in suspects), default=0.0) or 1.0
+        out = []
+        for comp in suspects:
+            for book in self.playbooks.values():
+                match = book.match(comp.features, incident.symptom)
+                hid = f"{book.id}@{comp.component}"
+                if match is None or hid in exclude:
+                    continue
+                if book.applies.role == "downstream" and comp.component in incident.services:
+                    continue
+                values = {
+                    "service": comp.component,
+                    "symptom": incident.symptom.value,
+                    "alert_service": incident.service,
+                }
+                matched = [p for p in book.applies.indicators if any(_fits(p, f) for f in comp.features)]
+                score = book.prior * (0.25 + match) * (0.2 + comp.score / top)
+                out.append(
+                    Hypothesis(
+                        id=hid,
+                        component=comp.component,
+                        kind=book.kind,
+                        statement=fill(book.statement, values),
+                        confirm_if=[fill(c.says, values) for c in book.checks if c.confirm],
+                        refute_if=[fill(c.says, values) for c in book.checks if c.refute],
+                        prior=book.prior,
+                        score=round(score, 5),
+                        playbook=book.id,
+                        why=[f"matched {', '.join(matched) or 'no indicator'}", *comp.why[:3]],
+                        explains=[f"{comp.component}/{f}" for f in book.explained(comp.features)],
+                    )
+                )
+        out.sort(key=lambda h: (-h.score, h.id))
+        return out[:k]
+
+    def rank(
+        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
+    ) -> list[Hypothesis]:
+        ranked = []
+        for h in candidates:
+            penalty = 1.0
+            for lesson in lessons:
+                if lesson.refuted_kind == h.kind and (not lesson.services or h.component in lesson.services):
+                    penalty *= 0.5
+            ranked.append(h.model_copy(update={"score": round(h.score * penalty, 5)}) if penalty != 1 else h)
+        ranked.sort(key=lambda h: (-h.score, h.id))
+        return diverse(ranked)
+
+    async def decide(
+        self,
+        incident: Incident,
+        hypothesis: Hypothesis,
+        steps: Sequence[Step],
+        observations: Mapping[str, Observation],
+        *,
+        final: bool,
+    ) -> Decision:
+        book = self.playbooks[hypothesis.playbook or ""]
+        planned = [(check, action_of(check, hypothesis, incident)) for check in book.checks]
+        evidence: list[Evidence] = []
+        if steps and steps[-1].action is not None and steps[-1].observation_id in observations:
+            last = steps[-1]
+            obs = observations[last.observation_id or ""]
+            for check, action in planned:
+                if action == last.action:
+                    evidence.extend(self._assess(check, obs, hypothesis, incident))
+        done = {s.action.key() for s in steps if s.action is not None}
+        pending = [(c, a) for c, a in planned if a.key() not in done]
+        if final or not pending:
+            return Decision(
+                thought="No further checks: handing the evidence to the judge.", action=None, evidence=evidence
+            )
+        check, action = pending[0]
+        values = {"service": hypothesis.component, "symptom": incident.symptom.value, "alert_service": incident.service}
+        return Decision(thought=fill(check.says, values), action=action, evidence=evidence)
+
+    @staticmethod
+    def _assess(check: Check, obs: Observation, hypothesis: Hypothesis, incident: Incident) -> list[Evidence]:
+        if obs.source is None or not obs.ok:
+            return []
+        ctx = Context(incident=incident, service=hypothesis.component)
+        out = []
+        for stance, exp in (("supports", check.confirm), ("refutes", check.refute)):
+            if exp is None:
+                continue
+            outcome = evaluate(exp, obs, ctx)
+            if outcome.met:
+                out.append(
+                    Evidence(
+                        observation_id=obs.id,
+                        source=SourceKind(obs.source),
+                        stance=stance,
+                        statement=outcome.value,
+                        check=check.id,
+                    )
+                )
+        return out
+
+    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
+        if result.verdict.status != "refuted" or not result.verdict.refuting:
+            return None
+        first = result.verdict.refuting[0]
+        step = next((s for s in result.steps if s.observation_id == first.observation_id), None)
+        if step is None or step.action is None:
+            return None
+        h = result.hypothesis
+        return Lesson(
+            trigger=LessonTrigger(
+                symptom=incident.symptom,
+                condition=h.why[0] if h.why else h.statement,
+                signals=[w for w in h.why[1:]],
+            ),
+            refuting_evidence=[
+                Citation(observation_id=e.observation_id, value=e.statement) for e in result.verdict.refuting
+            ],
+            next_action=step.action,
+            refuted_kind=h.kind,
+            services=[h.component],
+            source_incident=incident.id,
+            created_at=now,
+        )
+
+
+#: What a hypothesis that explains nothing the beam has not explained already is still worth.
+REDUNDANT = 0.2
+
+
+def diverse(ranked: list[Hypothesis]) -> list[Hypothesis]:
+    """Order for the beam by marginal explanation (like MMR): after the best hypothesis, prefer the
+    one that accounts for evidence the ones before it leave unexplained. A change and the mechanism
+    it set off explain the same features; a rival explanation of the loudest symptom does not."""
+    left = list(ranked)
+    explained: set[str] = set()
+    out: list[Hypothesis] = []
+    while left:
+
+        def worth(h: Hypothesis) -> float:
+            if not h.explains:
+                return h.score * REDUNDANT
+            novel = len(set(h.explains) - explained) / len(h.explains)
+            return h.score * (REDUNDANT + (1 - REDUNDANT) * novel)
+
+        best = max(left, key=lambda h: (worth(h), -left.index(h)))
+        left.remove(best)
+        out.append(best)
+        explained.update(best.explains)
+    return out
+
+
+def _fits(pattern: str, feature: str) -> bool:
+    import fnmatch
+
+    return fnmatch.fnmatchcase(feature, pattern)
+
+
+def is_change_kind(kind: str) -> bool:
+    return kind in CHANGE_KINDS
+
+
+# ---------------------------------------------------------------- the scripted fake
+
+Script = Callable[[Incident, Hypothesis, Sequence[Step], Mapping[str, Observation]], Awaitable[Decision] | Decision]
+
+
+@dataclass
+class ScriptedReasoner:
+    """A reasoner driven by a script, for tests (like pydantic-ai's FunctionModel).
+
+    ``hypotheses`` are proposed as given; ``script`` answers every ``decide`` call, or ``decisions``
+    are replayed in order (then the reasoner stops acting).
+    """
+
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    script: Script | None = None
+    name: str = "scripted"
+    calls: int = 0
+
+    def propose(
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+    ) -> list[Hypothesis]:
+        return [h for h in self.hypotheses if h.id not in exclude][:k]
+
+    def rank(
+        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
+    ) -> list[Hypothesis]:
+        return sorted(candidates, key=lambda h: -h.score)
+
+    async def decide(
+        self,
+        incident: Incident,
+        hypothesis: Hypothesis,
+        steps: Sequence[Step],
+        observations: Mapping[str, Observation],
+        *,
+        final: bool,
+    ) -> Decision:
+        self.calls += 1
+        if self.script is not None:
+            result = self.script(incident, hypothesis, steps, observations)
+            return result if isinstance(result, Decision) else await result
+        if self.decisions:
+            return self.decisions.pop(0)
+        return Decision(thought="script finished", action=None)
+
+    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
+        return None

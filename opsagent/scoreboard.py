@@ -1,0 +1,137 @@
+"""Replay scoring: run recorded incidents, compare each report's suspects with the truth.
+
+AC@k is the share of incidents whose true component is among the first k suspects; Avg@5 is the
+mean of AC@1..AC@5; kind accuracy compares the top suspect's fault kind with the true kind. Truth is
+read here, after the investigation, and never before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from statistics import median
+
+from pydantic import BaseModel
+
+from opsagent.errors import FixtureError, Problem
+from opsagent.fixtures import Truth
+from opsagent.loop import Budget
+from opsagent.models import Lesson, Report
+from opsagent.pipeline import investigate_fixture
+from opsagent.playbooks import Playbook
+
+
+class IncidentScore(BaseModel):
+    slug: str
+    truth_service: str
+    truth_kind: str
+    expected: str
+    status: str
+    top: list[tuple[str, str]]
+    rank: int | None
+    hit1: bool
+    hit3: bool
+    kind_hit: bool
+    verdict_ok: bool
+    steps: int
+    tool_calls: int
+    tokens: int
+    wall_ms: float
+
+
+class Scoreboard(BaseModel):
+    strategy: str
+    scores: list[IncidentScore]
+
+    def ac(self, k: int) -> float:
+        if not self.scores:
+            return 0.0
+        return sum(1 for s in self.scores if s.rank is not None and s.rank <= k) / len(self.scores)
+
+    @property
+    def avg5(self) -> float:
+        return sum(self.ac(k) for k in range(1, 6)) / 5
+
+    @property
+    def kind_accuracy(self) -> float:
+        scored = [s for s in self.scores if s.truth_kind != "unknown"]
+        return sum(s.kind_hit for s in scored) / len(scored) if scored else 0.0
+
+    @property
+    def verdict_accuracy(self) -> float:
+        return sum(s.verdict_ok for s in self.scores) / len(self.scores) if self.scores else 0.0
+
+    def mean(self, attr: str) -> float:
+        return sum(getattr(s, attr) for s in self.scores) / len(self.scores) if self.scores else 0.0
+
+    def p50_wall_ms(self) -> float:
+        return median(s.wall_ms for s in self.scores) if self.scores else 0.0
+
+
+def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
+    components = [s.component for s in report.suspects]
+    rank = components.index(truth.service) + 1 if truth.service in components else None
+    top = report.suspects[0] if report.suspects else None
+    expected = truth.expect or ("inconclusive" if truth.kind == "unknown" else "confirmed")
+    if expected == "inconclusive":
+        verdict_ok = report.status == "inconclusive"
+    else:
+        verdict_ok = (
+            report.status in ("confirmed", "probable")
+            and report.root_cause is not None
+            and report.root_cause.component == truth.service
+            and report.root_cause.kind == truth.kind
+        )
+    return IncidentScore(
+        slug=slug,
+        truth_service=truth.service,
+        truth_kind=truth.kind,
+        expected=expected,
+        status=report.status,
+        top=[(s.component, s.kind) for s in report.suspects[:3]],
+        rank=rank,
+        hit1=rank == 1,
+        hit3=rank is not None and rank <= 3,
+        kind_hit=top is not None and top.kind == truth.kind,
+        verdict_ok=verdict_ok,
+        steps=report.cost.steps,
+        tool_calls=report.cost.tool_calls,
+        tokens=report.cost.tokens,
+        wall_ms=report.cost.wall_ms,
+    )
+
+
+def fixture_dirs(root: Path) -> list[Path]:
+    if (root / "incident.yaml").exists():
+        return [root]
+    dirs = sorted(p for p in root.iterdir() if (p / "incident.yaml").exists()) if root.is_dir() else []
+    if not dirs:
+        raise FixtureError([Problem(str(root), "no recorded incidents here (directories with incident.yaml)")])
+    return dirs
+
+
+async def replay(
+    root: Path,
+    *,
+    strategy_name: str = "hybrid",
+    playbooks: Sequence[Playbook] | None = None,
+    budget: Budget | None = None,
+    lessons: Sequence[Lesson] = (),
+    on_report: Callable[[str, Report, IncidentScore], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Scoreboard:
+    scores = []
+    for directory in fixture_dirs(root):
+        report, truth = await investigate_fixture(
+            directory, playbooks=playbooks, strategy_name=strategy_name, budget=budget, clock=clock, lessons=lessons
+        )
+        if truth is None:
+            raise FixtureError(
+                [Problem(str(directory / "incident.yaml"), "replay scoring needs a truth", field="truth")]
+            )
+        result = score(directory.name, report, truth)
+        scores.append(result)
+        if on_report is not None:
+            on_report(directory.name, report, result)
+    return Scoreboard(strategy=strategy_name, scores=scores)

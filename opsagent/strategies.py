@@ -1,0 +1,199 @@
+"""Investigation strategies over the same tools, judge and report.
+
+* ``hybrid`` (default): triage -> propose k -> rank -> verify the best b concurrently (budgeted
+  ReAct) -> backtrack to the next candidates while nothing is confirmed and budget lasts.
+* ``react``: one greedy ReAct loop with no proposal and no ranking: at each turn it chases the
+  loudest signal it has seen so far. The baseline the hybrid strategy is measured against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from opsagent.errors import ConfigError
+from opsagent.fixtures import Edge
+from opsagent.loop import Meter, verify
+from opsagent.models import Action, Hypothesis, HypothesisResult, Incident, Lesson, Observation
+from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.tools import Toolbox
+from opsagent.triage import Triage, triage
+
+
+@dataclass
+class Outcome:
+    triage: Triage
+    results: list[HypothesisResult]
+    proposed: list[Hypothesis]
+    lessons_used: list[Lesson] = field(default_factory=list)
+
+
+class Strategy:
+    name: str
+
+    async def run(
+        self,
+        incident: Incident,
+        *,
+        reasoner: Reasoner,
+        toolbox: Toolbox,
+        meter: Meter,
+        topology: list[Edge],
+        lessons: Sequence[Lesson],
+    ) -> Outcome:
+        raise NotImplementedError
+
+
+class Hybrid(Strategy):
+    name = "hybrid"
+
+    async def run(
+        self,
+        incident: Incident,
+        *,
+        reasoner: Reasoner,
+        toolbox: Toolbox,
+        meter: Meter,
+        topology: list[Edge],
+        lessons: Sequence[Lesson],
+    ) -> Outcome:
+        found = await triage(toolbox, incident, topology)
+        available = set(found.source_kinds)
+        k, beam = meter.budget.k, meter.budget.beam
+        tried: set[str] = set()
+        proposed: list[Hypothesis] = []
+        results: list[HypothesisResult] = []
+        while True:
+            candidates = reasoner.propose(incident, found, k=k, lessons=lessons, exclude=tried)
+            if not candidates:
+                break
+            ranked = reasoner.rank(incident, candidates, found, lessons)
+            proposed.extend(ranked)
+            confirmed = False
+            for start in range(0, len(ranked), beam):
+                kept = ranked[start : start + beam]
+                tried.update(h.id for h in kept)
+                batch = await asyncio.gather(
+                    *(
+                        verify(
+                            h, incident=incident, reasoner=reasoner, toolbox=toolbox, meter=meter, available=available
+                        )
+                        for h in kept
+                    )
+                )
+                results.extend(batch)
+                confirmed = any(r.verdict.status in ("confirmed", "probable") for r in batch)
+                if confirmed or meter.exhausted(0) or any(r.stop_reason.startswith("budget") for r in batch):
+                    break
+            tried.update(h.id for h in ranked)
+            if confirmed or meter.exhausted(0) or any(r.stop_reason.startswith("budget") for r in results):
+                break
+        return Outcome(triage=found, results=results, proposed=proposed, lessons_used=list(lessons))
+
+
+class GreedyReact(Strategy):
+    """Follows the loudest signal it has seen: no triage over the graph, no ranking, no backtracking plan.
+
+    It starts from the alerting service, reads its symptom, logs and traces, and at each turn turns
+    the loudest unexplored anomaly into the single hypothesis it then verifies.
+    """
+
+    name = "react"
+
+    async def run(
+        self,
+        incident: Incident,
+        *,
+        reasoner: Reasoner,
+        toolbox: Toolbox,
+        meter: Meter,
+        topology: list[Edge],
+        lessons: Sequence[Lesson],
+    ) -> Outcome:
+        svc = incident.service
+        opening = [
+            Action(tool="logs.summary", args={"service": svc}),
+            Action(tool="metrics.scan"),
+            Action(tool="traces.summary", args={"service": svc}),
+        ]
+        seen: list[Observation] = []
+        for action in opening:
+            seen.append(await toolbox.call(action))
+            meter.steps += 1
+            meter.tokens += seen[-1].tokens
+        found = _loudness(incident, seen, topology, toolbox)
+        available = set(found.source_kinds)
+        results: list[HypothesisResult] = []
+        chased: set[str] = set()
+        proposed: list[Hypothesis] = []
+        while not meter.exhausted(0):
+            loudest = _next_loudest(found, reasoner, incident, chased)
+            if loudest is None:
+                break
+            chased.add(loudest.id)
+            proposed.append(loudest)
+            result = await verify(
+                loudest, incident=incident, reasoner=reasoner, toolbox=toolbox, meter=meter, available=available
+            )
+            results.append(result)
+            if result.verdict.status in ("confirmed", "probable") or result.stop_reason.startswith("budget"):
+                break
+        return Outcome(triage=found, results=results, proposed=proposed, lessons_used=[])
+
+
+def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge], toolbox: Toolbox) -> Triage:
+    """Rank components by the raw size of their loudest anomaly: no propagation, no explaining away."""
+    from opsagent.triage import profiles_from
+
+    profiles = profiles_from(seen, incident)
+    components = []
+    from opsagent.triage import ComponentProfile
+
+    for name, p in profiles.items():
+        loud = max(p.features.values(), default=0.0)
+        components.append(
+            ComponentProfile(
+                component=name,
+                own=loud,
+                score=loud,
+                reachable=True,
+                features=p.features,
+                evidence=p.evidence,
+                why=p.why,
+            )
+        )
+    components.sort(key=lambda c: (-c.score, c.component))
+    kinds = sorted({o.source for o in seen if o.ok and o.source is not None})
+    return Triage(graph=topology, components=components, observation_ids=[o.id for o in seen], source_kinds=kinds)
+
+
+def _next_loudest(found: Triage, reasoner: Reasoner, incident: Incident, chased: set[str]) -> Hypothesis | None:
+    """The hypothesis behind the single loudest feature not yet chased."""
+    features = sorted(
+        ((mag, comp.component, feat) for comp in found.components for feat, mag in comp.features.items()),
+        key=lambda x: (-x[0], x[1], x[2]),
+    )
+    if not isinstance(reasoner, PlaybookReasoner):
+        proposals = reasoner.propose(incident, found, k=1, lessons=[], exclude=chased)
+        return proposals[0] if proposals else None
+    for _, component, feature in features:
+        comp = found.profile(component)
+        if comp is None:
+            continue
+        single = comp.model_copy(update={"features": {feature: comp.features[feature]}, "score": 1.0})
+        narrow = Triage(graph=found.graph, components=[single], observation_ids=[], source_kinds=found.source_kinds)
+        options = reasoner.propose(incident, narrow, k=1, lessons=[], exclude=chased)
+        if options:
+            return options[0]
+    return None
+
+
+STRATEGIES: dict[str, type[Strategy]] = {"hybrid": Hybrid, "react": GreedyReact}
+
+
+def strategy(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]()
+    except KeyError:
+        raise ConfigError(f"unknown strategy {name!r}; choose one of: {', '.join(STRATEGIES)}") from None

@@ -1,0 +1,260 @@
+"""Triage: cheap parallel probes over every source, then generic localisation.
+
+Every component is scored from every series it has (catalogued or not) against its baseline, its
+self-time shift in traces, its new or bursting error templates, and changes to it just before
+onset. The score then propagates along the call graph: a component whose anomaly is explained by
+an anomalous callee gives way to it, so the culprit downstream outranks the service that alerted.
+Triage names suspects and their features; it does not decide the fault kind (playbooks do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+
+from pydantic import BaseModel, Field
+
+from opsagent.fixtures import Edge
+from opsagent.logsummary import FAMILIES, families_of
+from opsagent.models import (
+    Action,
+    ChangesData,
+    Incident,
+    LogsData,
+    MetricsData,
+    Observation,
+    SeriesStats,
+    SourceKind,
+    TracesData,
+)
+from opsagent.tools import Toolbox
+
+#: A change this long before onset (minutes) still counts as "just before".
+CHANGE_LOOKBACK_MIN = 45.0
+#: How much of a caller's anomaly an anomalous callee explains away.
+EXPLAIN_AWAY = 0.6
+
+
+class ComponentProfile(BaseModel):
+    component: str
+    own: float
+    score: float
+    reachable: bool
+    features: dict[str, float] = Field(description="feature -> magnitude, e.g. signal:latency_p99:up")
+    evidence: dict[str, str] = Field(default_factory=dict, description="feature -> observation id")
+    why: list[str] = Field(default_factory=list)
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+
+class Triage(BaseModel):
+    graph: list[Edge]
+    components: list[ComponentProfile]
+    observation_ids: list[str]
+    source_kinds: list[SourceKind] = Field(description="kinds of source that returned data")
+
+    def profile(self, component: str) -> ComponentProfile | None:
+        return next((c for c in self.components if c.component == component), None)
+
+    def callees(self, component: str) -> list[str]:
+        return sorted({e.callee for e in self.graph if e.caller == component})
+
+
+def _magnitude(s: SeriesStats) -> float:
+    if s.direction not in ("up", "down") or s.mean_ratio is None or s.mean_ratio <= 0:
+        return 0.0
+    ratio = s.mean_ratio if s.mean_ratio != math.inf else 1e3
+    return min(abs(math.log2(ratio)), 3.0) + 0.25
+
+
+def descendants(graph: list[Edge], roots: tuple[str, ...]) -> set[str]:
+    seen = set(roots)
+    frontier = list(roots)
+    while frontier:
+        node = frontier.pop()
+        for e in graph:
+            if e.caller == node and e.callee not in seen:
+                seen.add(e.callee)
+                frontier.append(e.callee)
+    return seen
+
+
+class Profile:
+    def __init__(self) -> None:
+        self.features: dict[str, float] = {}
+        self.evidence: dict[str, str] = {}
+        self.why: list[str] = []
+
+    def add(self, feature: str, magnitude: float, obs: Observation, why: str) -> None:
+        if magnitude > self.features.get(feature, 0.0):
+            self.features[feature] = magnitude
+            self.evidence[feature] = obs.id
+            self.why.append(why)
+
+
+async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> Triage:
+    scan, changes, traces, logs_all = await asyncio.gather(
+        toolbox.call(Action(tool="metrics.scan")),
+        toolbox.call(Action(tool="changes.list", args={"before_min": 60})),
+        toolbox.call(Action(tool="traces.summary")),
+        toolbox.call(Action(tool="logs.summary")),
+    )
+    graph = list(declared)
+    if toolbox.sources.traces is not None and not graph:
+        try:
+            graph = await toolbox.sources.traces.topology(incident=incident)
+        except Exception:  # topology is a nicety; the summary call already reported the source
+            graph = []
+    log_services = list(logs_all.data.by_service) if isinstance(logs_all.data, LogsData) else []
+    per_service = await asyncio.gather(
+        *(toolbox.call(Action(tool="logs.summary", args={"service": s})) for s in log_services)
+    )
+    used = [scan, changes, traces, logs_all, *per_service]
+    profiles = profiles_from(used, incident)
+    own = {c: _own_score(p.features) for c, p in profiles.items()}
+    components = set(own) | {e.caller for e in graph} | {e.callee for e in graph} | set(incident.services)
+    reach = descendants(graph, incident.services) if graph else components
+    scores = _propagate(own, graph, profiles)
+    out = []
+    for c in components:
+        p = profiles.get(c, Profile())
+        reachable = c in reach
+        score = scores.get(c, 0.0) * (1.0 if reachable else 0.5)
+        out.append(
+            ComponentProfile(
+                component=c,
+                own=round(own.get(c, 0.0), 4),
+                score=round(score, 4),
+                reachable=reachable,
+                features=p.features,
+                evidence=p.evidence,
+                why=p.why,
+            )
+        )
+    out.sort(key=lambda p: (-p.score, p.component))
+    kinds = sorted({o.source for o in used if o.ok and o.source is not None and _has_data(o)})
+    return Triage(graph=graph, components=out, observation_ids=[o.id for o in used], source_kinds=kinds)
+
+
+def profiles_from(observations: list[Observation], incident: Incident) -> dict[str, Profile]:
+    """Features of every component that these observations show, with the observation behind each."""
+    profiles: dict[str, Profile] = defaultdict(Profile)
+    for obs in observations:
+        data = obs.data
+        if isinstance(data, MetricsData):
+            _metric_features(profiles, obs, data)
+        elif isinstance(data, TracesData):
+            _trace_features(profiles, obs, data)
+        elif isinstance(data, ChangesData):
+            _change_features(profiles, obs, data, incident)
+        elif isinstance(data, LogsData) and data.service is not None:
+            _log_features(profiles[data.service], obs, data, incident)
+    return profiles
+
+
+def _metric_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData) -> None:
+    for s in data.stats:
+        mag = _magnitude(s)
+        if mag:
+            why = f"{s.signal} {s.direction} x{s.mean_ratio:.2f}"
+            profiles[s.component].add(f"signal:{s.signal}:{s.direction}", mag, obs, why)
+        if s.limit_fraction is not None and s.limit_fraction >= 0.9:
+            profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
+
+
+def _trace_features(profiles: dict[str, Profile], obs: Observation, data: TracesData) -> None:
+    for t in data.services:
+        if t.self_shift is not None and t.self_shift >= 1.5 and t.spans_window >= 3:
+            mag = min(math.log2(t.self_shift), 3.0) * 1.2
+            profiles[t.service].add("trace:self_time_up", mag, obs, f"self time x{t.self_shift:.1f}")
+        base_rate = t.errors_baseline / max(t.spans_baseline, 1)
+        win_rate = t.errors_window / max(t.spans_window, 1)
+        if t.errors_window >= 3 and win_rate >= 3 * base_rate + 0.01:
+            profiles[t.service].add("trace:errors_up", 1.0, obs, f"error spans {t.errors_window}")
+    for svc in data.blocked_parents:
+        profiles[svc].add("trace:waiting", 0.01, obs, "time spent waiting on callees")
+
+
+def _change_features(profiles: dict[str, Profile], obs: Observation, data: ChangesData, incident: Incident) -> None:
+    for c in data.changes:
+        in_progress = c.end is not None and c.end >= incident.onset
+        if 0 <= c.minutes_before_onset <= CHANGE_LOOKBACK_MIN or (c.minutes_before_onset >= 0 and in_progress):
+            kind = "deploy" if c.kind in ("deploy", "rollout") else c.kind
+            why = f"{c.kind} {c.id} {c.minutes_before_onset:.0f} min before onset"
+            profiles[c.service].add(f"change:{kind}", 0.5, obs, why)
+
+
+def _has_data(obs: Observation) -> bool:
+    d = obs.data
+    if isinstance(d, MetricsData):
+        return bool(d.stats)
+    if isinstance(d, LogsData):
+        return d.total > 0
+    if isinstance(d, TracesData):
+        return bool(d.services)
+    return isinstance(d, ChangesData)
+
+
+def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: Incident) -> None:
+    window_min = max((incident.window.end - incident.onset).total_seconds() / 60, 1.0)
+    scale = window_min / max(incident.baseline.minutes, 1.0)
+    for family in FAMILIES:
+        n = data.families.get(family, 0)
+        expected = data.baseline_families.get(family, 0) * scale
+        if n >= 5 and n >= 3 * max(expected, 1.0):
+            mag = min(math.log2(n / max(expected, 1.0)) / 4, 1.0)
+            profile.add(f"log:{family}", mag, obs, f"{n} '{family}' log lines (baseline {expected:.0f})")
+    for t in data.templates:
+        if t.new and set(t.levels) & {"error", "fatal"}:
+            profile.add("log:new_error", 1.0, obs, f"new error template [{t.id}] x{t.window_count}")
+            for fam in families_of(t.sample):
+                profile.add(f"log:new:{fam}", 0.5, obs, f"new '{fam}' errors [{t.id}]")
+
+
+def _own_score(features: dict[str, float]) -> float:
+    metric = sorted((v for k, v in features.items() if k.startswith(("signal:", "near_limit:"))), reverse=True)
+    score = (metric[0] + 0.3 * sum(metric[1:4])) if metric else 0.0
+    score += features.get("trace:self_time_up", 0.0) * 1.5 + features.get("trace:errors_up", 0.0)
+    score += min(sum(v for k, v in features.items() if k.startswith("log:")), 2.0)
+    score += min(sum(v for k, v in features.items() if k.startswith("change:")), 0.5)
+    return score
+
+
+def _propagate(own: dict[str, float], graph: list[Edge], profiles: dict[str, Profile]) -> dict[str, float]:
+    """Callers whose anomaly an anomalous callee explains give way; such callees gain a little."""
+    callees: dict[str, set[str]] = defaultdict(set)
+    callers: dict[str, set[str]] = defaultdict(set)
+    for e in graph:
+        callees[e.caller].add(e.callee)
+        callers[e.callee].add(e.caller)
+    memo: dict[str, float] = {}
+
+    def downstream_max(node: str, seen: frozenset[str]) -> float:
+        if node in memo:
+            return memo[node]
+        best = 0.0
+        for d in callees.get(node, ()):
+            if d not in seen:
+                best = max(best, own.get(d, 0.0), downstream_max(d, seen | {d}))
+        memo[node] = best
+        return best
+
+    out: dict[str, float] = {}
+    for node in set(own) | set(callees) | set(callers):
+        mine = own.get(node, 0.0)
+        if mine <= 0:
+            out[node] = 0.0
+            continue
+        below = downstream_max(node, frozenset({node}))
+        features = profiles[node].features if node in profiles else {}
+        self_up = "trace:self_time_up" in features
+        explained = min(below / mine, 1.0) if below > 0 else 0.0
+        if self_up:
+            explained *= 0.3  # it is slow on its own, not only waiting
+        score = mine * (1 - EXPLAIN_AWAY * explained)
+        up = max((own.get(c, 0.0) for c in callers.get(node, ())), default=0.0)
+        score += 0.2 * min(up, mine)
+        out[node] = score
+    return out

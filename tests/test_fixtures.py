@@ -1,0 +1,123 @@
+import asyncio
+import gzip
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from opsagent.errors import FixtureError
+from opsagent.fixtures import Recording, json_schemas, load, validate
+from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
+from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.reasoner import Decision, PlaybookReasoner
+from opsagent.triage import Triage
+
+from tests.conftest import INCIDENTS, ORDER_INCIDENT, ROOT
+
+HEADER = {
+    "alert": {"labels": {"alertname": "HighLatency", "service": "api"}, "startsAt": "2026-03-01T14:05:00Z"},
+    "window": {"start": "2026-03-01T13:00:00Z", "end": "2026-03-01T14:30:00Z"},
+    "truth": {"service": "db", "kind": "slow_query", "summary": "index dropped"},
+}
+
+
+def _fixture(tmp_path: Path, header: dict[str, Any] | None = None, **files: str) -> Path:
+    d = tmp_path / "inc"
+    d.mkdir()
+    (d / "incident.yaml").write_text(yaml.safe_dump(header or HEADER))
+    for name, text in files.items():
+        (d / name.replace("_", ".")).write_text(text)
+    return d
+
+
+def test_every_shipped_incident_is_valid() -> None:
+    dirs = sorted(p for p in INCIDENTS.iterdir() if p.is_dir())
+    assert len(dirs) >= 12
+    for d in dirs:
+        assert validate(d) == [], d
+
+
+def test_errors_name_file_line_and_field(tmp_path: Path) -> None:
+    good = json.dumps({"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "ok"})
+    bad = json.dumps({"ts": "yesterday", "service": "api", "level": "INFO", "message": "ok"})
+    d = _fixture(tmp_path, logs_jsonl=f"{good}\n{good}\n{bad}\n", changes_jsonl='{"id": "c1"\n')
+    problems = validate(d)
+    rendered = [str(p) for p in problems]
+    assert any("logs.jsonl:3 [ts]" in r for r in rendered), rendered
+    assert any("changes.jsonl:1" in r for r in rendered), rendered
+    with pytest.raises(FixtureError) as exc:
+        load(d)
+    assert "logs.jsonl:3 [ts]" in str(exc.value)
+
+
+def test_header_errors_name_the_field(tmp_path: Path) -> None:
+    header = dict(HEADER, window={"start": "2026-03-01T14:00:00Z", "end": "2026-03-01T13:00:00Z"})
+    header["truth"] = {"service": "db", "kind": "gremlins", "summary": "?"}
+    rendered = [str(p) for p in validate(_fixture(tmp_path, header))]
+    assert any("[window.end]" in r and "after start" in r for r in rendered), rendered
+    assert any("[truth.kind]" in r and "unknown fault kind" in r for r in rendered), rendered
+
+
+def test_missing_incident_yaml_is_a_clear_error(tmp_path: Path) -> None:
+    problems = validate(tmp_path)
+    assert problems and "incident.yaml" in str(problems[0]) and "missing" in str(problems[0])
+
+
+def test_gzipped_telemetry_loads(tmp_path: Path) -> None:
+    d = _fixture(tmp_path)
+    line = json.dumps({"labels": {"__name__": "up", "service": "api"}, "samples": [[1772373600, 1.0]]})
+    with gzip.open(d / "metrics.jsonl.gz", "wt") as fh:
+        fh.write(line + "\n")
+    recording, truth = load(d)
+    assert recording.metrics[0].labels["service"] == "api"
+    assert "metrics" in recording.present and truth is not None and truth.kind == "slow_query"
+
+
+def test_committed_json_schemas_match_the_loader() -> None:
+    for name, schema in json_schemas().items():
+        path = ROOT / "fixtures" / "schema" / f"{name.split('.')[0]}.schema.json"
+        assert json.loads(path.read_text()) == schema, f"{path} is stale: run opsagent fixtures schema"
+
+
+class SpyReasoner(PlaybookReasoner):
+    """Records everything the pipeline hands a reasoner."""
+
+    def __init__(self) -> None:
+        super().__init__(load_default_playbooks())
+        self.seen: list[str] = []
+
+    def propose(self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]) -> list[Hypothesis]:
+        self.seen += [incident.model_dump_json(), triage.model_dump_json()]
+        return super().propose(incident, triage, k=k, lessons=lessons, exclude=exclude)
+
+    async def decide(self, incident: Incident, hypothesis: Hypothesis, steps: Sequence[Step],
+                     observations: Mapping[str, Observation], *, final: bool) -> Decision:
+        self.seen += [o.model_dump_json() for o in observations.values()]
+        return await super().decide(incident, hypothesis, steps, observations, final=final)
+
+    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
+        self.seen.append(result.model_dump_json())
+        return super().reflect(incident, result, now)
+
+
+def test_truth_never_reaches_the_reasoner(tmp_path: Path) -> None:
+    d = tmp_path / ORDER_INCIDENT.name
+    shutil.copytree(ORDER_INCIDENT, d)
+    header = yaml.safe_load((d / "incident.yaml").read_text())
+    marker = "ZEBRA-TRUTH-7731"
+    header["truth"]["summary"] = marker
+    header["truth"]["notes_for_graders"] = marker + "-extra"
+    (d / "incident.yaml").write_text(yaml.safe_dump(header))
+    recording, truth = load(d)
+    assert "truth" not in Recording.model_fields and marker not in recording.model_dump_json()
+    assert truth is not None and truth.summary == marker
+    spy = SpyReasoner()
+    report, _ = asyncio.run(investigate_fixture(d, reasoner=spy))
+    assert spy.seen, "the spy saw nothing"
+    assert not [s for s in spy.seen if marker in s]
+    assert marker not in report.model_dump_json()
