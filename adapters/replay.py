@@ -6,7 +6,9 @@ strategy can ask any question of a recording. Read-only; indexes are built once 
 
 from __future__ import annotations
 
+import math
 import re
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -98,7 +100,7 @@ def series_stats(
     query: str,
     spec: SignalDef,
     series: int,
-    limit: float | None,
+    limit: list[Sample] | float | None,
 ) -> SeriesStats:
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     onset, end = unix(incident.onset), unix(incident.window.end)
@@ -130,10 +132,34 @@ def series_stats(
         mean_ratio=ratio,
         z_score=z,
         change_point=ts(cp) if cp is not None else None,
-        limit=limit,
-        limit_fraction=safe_ratio(window_max, limit) if limit else None,
+        **_against_limit(samples, limit, onset, end),
         direction=direction,
     )
+
+
+def _against_limit(
+    samples: list[Sample], limit: list[Sample] | float | None, start: float, end: float
+) -> dict[str, float | None]:
+    """How close the window came to its ceiling, each sample against the ceiling in force then
+    (a pool resized from 32 to 4 mid-window is full at 4)."""
+    if limit is None:
+        return {"limit": None, "limit_fraction": None}
+    if isinstance(limit, float | int):
+        peak = max(between(samples, start, end), default=None)
+        return {"limit": float(limit), "limit_fraction": safe_ratio(peak, float(limit))}
+    ceiling = sorted(limit)
+    best: tuple[float, float] | None = None
+    for t, v in samples:
+        if not (start <= t < end):
+            continue
+        i = bisect_right(ceiling, (t, math.inf)) - 1
+        lim = ceiling[max(i, 0)][1] if ceiling else None
+        frac = safe_ratio(v, lim)
+        if frac is not None and lim and (best is None or frac > best[0]):
+            best = (frac, lim)
+    if best is None:
+        return {"limit": None, "limit_fraction": None}
+    return {"limit": best[1], "limit_fraction": best[0]}
 
 
 def _worse_half(values: list[float], direction: str, centre: float | None) -> float:
@@ -184,18 +210,14 @@ class ReplayMetrics:
         except SelectorError as exc:
             raise QueryRejected(str(exc), source=self.name, query=query) from exc
 
-    def _limit(self, query: str | None, incident: Incident) -> float | None:
+    def _limit(self, query: str | None) -> list[Sample] | float | None:
         if not query:
             return None
         sel = self._parse(query)
         if sel.constant is not None:
             return sel.constant
-        values = [
-            v
-            for _, _, samples in self._select(sel)
-            for v in between(samples, unix(incident.window.start), unix(incident.window.end))
-        ]
-        return max(values) if values else None
+        matched = self._select(sel)
+        return combine([s for _, _, s in matched], "sum") if matched else None
 
     async def stats(
         self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident
@@ -213,7 +235,7 @@ class ReplayMetrics:
             query=query,
             spec=spec,
             series=len(matched),
-            limit=self._limit(limit_q, incident),
+            limit=self._limit(limit_q),
         )
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
@@ -236,7 +258,7 @@ class ReplayMetrics:
                     query=metric + label,
                     spec=spec,
                     series=len(members),
-                    limit=self._limit(spec.limit.replace("$service", component), incident) if spec.limit else None,
+                    limit=self._limit(spec.limit.replace("$service", component)) if spec.limit else None,
                 )
             )
         return out
@@ -383,6 +405,8 @@ class ReplayTraces:
                     self_shift=safe_ratio(self_w, max(self_b, 0.05)) if self_b is not None else None,
                     total_ms_baseline=_p50([s.total_ms for s in bs]),
                     total_ms_window=_p50([s.total_ms for s in ws]),
+                    tail_total_shift=_tail_shift([s.total_ms for s in bs], [s.total_ms for s in ws]),
+                    tail_self_shift=_tail_shift([s.self_ms for s in bs], [s.self_ms for s in ws]),
                     errors_baseline=sum(s.error for s in bs),
                     errors_window=sum(s.error for s in ws),
                 )
@@ -404,10 +428,12 @@ class ReplayTraces:
             ),
             key=lambda o: (-o.self_p95_ms, o.service, o.operation),
         )[:5]
+        # Waiting on callees: the slow tail got slower while the service's own time did not.
         blocked = [
             s.service
             for s in services
-            if (s.total_ms_window or 0) >= 1.5 * max(s.total_ms_baseline or 0, 0.05)
+            if (s.tail_total_shift or 0) >= 1.5
+            and (s.tail_self_shift is None or s.tail_self_shift < 1.3)
             and (s.self_shift is None or s.self_shift < 1.3)
         ]
         return TracesData(
@@ -420,6 +446,12 @@ class ReplayTraces:
 
 def _p50(values: list[float]) -> float | None:
     return round(median(values), 3) if values else None
+
+
+def _tail_shift(base: list[float], window: list[float], q: float = 0.9) -> float | None:
+    if len(base) < 5 or len(window) < 5:
+        return None
+    return safe_ratio(_pct(window, q), max(_pct(base, q), 0.05))
 
 
 def _pct(values: list[float], q: float) -> float:

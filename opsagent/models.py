@@ -224,6 +224,8 @@ class ServiceSpanStats(Frozen):
     self_shift: float | None = Field(description="window p50 self time / baseline p50 self time")
     total_ms_baseline: float | None
     total_ms_window: float | None
+    tail_total_shift: float | None = Field(default=None, description="p90 total time, window / baseline")
+    tail_self_shift: float | None = Field(default=None, description="p90 self time, window / baseline")
     errors_baseline: int
     errors_window: int
 

@@ -173,7 +173,8 @@ class Applies(BaseModel):
     requires_any: list[str] = Field(default_factory=list, description="at least one must be present")
     indicators: dict[str, float] = Field(default_factory=dict, description="feature pattern -> weight")
     role: Literal["any", "downstream"] = Field(
-        default="any", description="downstream: never the alerting service itself (a dependency's fault)"
+        default="any",
+        description="downstream: only components the alerting service calls (a dependency's fault), never itself",
     )
 
 
@@ -187,6 +188,10 @@ class Playbook(BaseModel):
     applies: Applies
     statement: str
     checks: list[Check] = Field(min_length=2)
+    keywords: list[str] = Field(
+        default_factory=list,
+        description="words that, in a change's summary or diff, say the change touched this mechanism",
+    )
     source_file: str | None = Field(default=None, exclude=True)
 
     @field_validator("kind")
@@ -334,7 +339,10 @@ def _unchanged(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
 
 
 def _limit_text(s: SeriesStats) -> str:
-    return f"{s.signal} {fmt(s.window_mean)}/{fmt(s.limit)} of its limit (peak {fmt(s.window_max)})"
+    if s.limit is None or s.limit_fraction is None:
+        return f"{s.signal}: no limit known"
+    peak = s.limit_fraction * s.limit
+    return f"{s.signal} peaked at {fmt(peak)}/{fmt(s.limit)} ({s.limit_fraction:.0%} of its limit)"
 
 
 def _near_limit(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:

@@ -93,7 +93,7 @@ class PlaybookReasoner:
                 hid = f"{book.id}@{comp.component}"
                 if match is None or hid in exclude:
                     continue
-                if book.applies.role == "downstream" and comp.component in incident.services:
+                if book.applies.role == "downstream" and (comp.component in incident.services or not comp.reachable):
                     continue
                 values = {
                     "service": comp.component,
@@ -131,7 +131,21 @@ class PlaybookReasoner:
                     penalty *= 0.5
             ranked.append(h.model_copy(update={"score": round(h.score * penalty, 5)}) if penalty != 1 else h)
         ranked.sort(key=lambda h: (-h.score, h.id))
-        return diverse(ranked)
+        weights = {f"{c.component}/{f}": m for c in triage.components for f, m in c.features.items()}
+        ordered = diverse(ranked, weights)
+        # A change hypothesis verifies the mechanism it touched (a pool resized -> that pool
+        # exhausted): that mechanism is the same explanation, so rivals go before it.
+        chained = {h.id for h in ordered if self._set_off_by_change(h, ordered, triage)}
+        return [h for h in ordered if h.id not in chained] + [h for h in ordered if h.id in chained]
+
+    def _set_off_by_change(self, h: Hypothesis, ranked: list[Hypothesis], triage: Triage) -> bool:
+        book = self.playbooks.get(h.playbook or "")
+        if book is None or not book.keywords or h.kind in CHANGE_KINDS:
+            return False
+        if not any(o.kind in CHANGE_KINDS and o.component == h.component for o in ranked):
+            return False
+        text = " ".join(f"{c.summary}\n{c.diff or ''}" for c in triage.changes if c.service == h.component).lower()
+        return any(word.lower() in text for word in book.keywords)
 
     async def decide(
         self,
@@ -212,9 +226,10 @@ class PlaybookReasoner:
 REDUNDANT = 0.2
 
 
-def diverse(ranked: list[Hypothesis]) -> list[Hypothesis]:
+def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypothesis]:
     """Order for the beam by marginal explanation (like MMR): after the best hypothesis, prefer the
-    one that accounts for evidence the ones before it leave unexplained. A change and the mechanism
+    one that accounts for the most evidence (weighted by its magnitude) the ones before it leave
+    unexplained. A change and the mechanism
     it set off explain the same features; a rival explanation of the loudest symptom does not."""
     left = list(ranked)
     explained: set[str] = set()
@@ -224,7 +239,8 @@ def diverse(ranked: list[Hypothesis]) -> list[Hypothesis]:
         def worth(h: Hypothesis) -> float:
             if not h.explains:
                 return h.score * REDUNDANT
-            novel = len(set(h.explains) - explained) / len(h.explains)
+            total = sum(weights.get(f, 1.0) for f in h.explains) or 1.0
+            novel = sum(weights.get(f, 1.0) for f in set(h.explains) - explained) / total
             return h.score * (REDUNDANT + (1 - REDUNDANT) * novel)
 
         best = max(left, key=lambda h: (worth(h), -left.index(h)))

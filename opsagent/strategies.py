@@ -9,16 +9,17 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from opsagent.errors import ConfigError
 from opsagent.fixtures import Edge
 from opsagent.loop import Meter, verify
-from opsagent.models import Action, Hypothesis, HypothesisResult, Incident, Lesson, Observation
+from opsagent.models import Action, Hypothesis, HypothesisResult, Incident, Lesson, LogsData, Observation
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
-from opsagent.triage import Triage, triage
+from opsagent.triage import ComponentProfile, Triage, profiles_from, triage
 
 
 @dataclass
@@ -143,13 +144,18 @@ class GreedyReact(Strategy):
 
 
 def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge], toolbox: Toolbox) -> Triage:
-    """Rank components by the raw size of their loudest anomaly: no propagation, no explaining away."""
-    from opsagent.triage import profiles_from
+    """Rank components by the raw size of their loudest anomaly: no propagation, no explaining away.
 
+    Loudness is what a greedy reader notices: a metric by how many times it moved, a log family by
+    how many lines it wrote (890 timeouts shout louder than a queue that grew)."""
     profiles = profiles_from(seen, incident)
+    for obs in seen:
+        if isinstance(obs.data, LogsData) and obs.data.service in profiles:
+            features = profiles[obs.data.service].features
+            for family, count in obs.data.families.items():
+                if f"log:{family}" in features:
+                    features[f"log:{family}"] = math.log2(1 + count) / 2
     components = []
-    from opsagent.triage import ComponentProfile
-
     for name, p in profiles.items():
         loud = max(p.features.values(), default=0.0)
         components.append(

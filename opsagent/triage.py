@@ -19,6 +19,7 @@ from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
     Action,
+    ChangeRecord,
     ChangesData,
     Incident,
     LogsData,
@@ -31,7 +32,7 @@ from opsagent.models import (
 from opsagent.tools import Toolbox
 
 #: A change this long before onset (minutes) still counts as "just before".
-CHANGE_LOOKBACK_MIN = 45.0
+CHANGE_LOOKBACK_MIN = 30.0
 #: How much of a caller's anomaly an anomalous callee explains away.
 EXPLAIN_AWAY = 0.6
 
@@ -54,6 +55,7 @@ class Triage(BaseModel):
     components: list[ComponentProfile]
     observation_ids: list[str]
     source_kinds: list[SourceKind] = Field(description="kinds of source that returned data")
+    changes: list[ChangeRecord] = Field(default_factory=list, description="changes around onset")
 
     def profile(self, component: str) -> ComponentProfile | None:
         return next((c for c in self.components if c.component == component), None)
@@ -135,7 +137,10 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
         )
     out.sort(key=lambda p: (-p.score, p.component))
     kinds = sorted({o.source for o in used if o.ok and o.source is not None and _has_data(o)})
-    return Triage(graph=graph, components=out, observation_ids=[o.id for o in used], source_kinds=kinds)
+    seen_changes = changes.data.changes if isinstance(changes.data, ChangesData) else []
+    return Triage(
+        graph=graph, components=out, observation_ids=[o.id for o in used], source_kinds=kinds, changes=seen_changes
+    )
 
 
 def profiles_from(observations: list[Observation], incident: Incident) -> dict[str, Profile]:
