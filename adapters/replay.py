@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal
 from statistics import median
 
 from opsagent.catalog import SignalCatalog
@@ -80,9 +81,10 @@ def component_of(labels: dict[str, str], services: set[str]) -> str:
     return labels.get("__name__", "unknown")
 
 
-def as_rate(series: MetricSeries) -> list[Sample]:
+def as_rate(series: MetricSeries, default_type: str | None = None) -> list[Sample]:
     """Counters become per-sample increases (reset-aware); gauges pass through."""
-    is_counter = series.type == "counter" or (series.type is None and series.name.endswith("_total"))
+    kind = series.type or default_type
+    is_counter = kind == "counter" or (kind is None and series.name.endswith("_total"))
     if not is_counter:
         return list(series.samples)
     out: list[Sample] = []
@@ -210,14 +212,15 @@ class ReplayMetrics:
         except SelectorError as exc:
             raise QueryRejected(str(exc), source=self.name, query=query) from exc
 
-    def _limit(self, query: str | None) -> list[Sample] | float | None:
+    def _limit(self, query: str | None, agg: Literal["max", "sum", "mean"]) -> list[Sample] | float | None:
+        """The ceiling series, combined across pods the same way as the signal it bounds."""
         if not query:
             return None
         sel = self._parse(query)
         if sel.constant is not None:
             return sel.constant
         matched = self._select(sel)
-        return combine([s for _, _, s in matched], "sum") if matched else None
+        return combine([s for _, _, s in matched], agg) if matched else None
 
     async def stats(
         self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident
@@ -225,6 +228,8 @@ class ReplayMetrics:
         matched = self._select(self._parse(query))
         if not matched:
             return None
+        if spec.type is not None:
+            matched = [(m, c, as_rate(m, spec.type) if m.type is None else s) for m, c, s in matched]
         samples = combine([s for _, _, s in matched], spec.agg)
         limit_q = spec.limit.replace("$service", component) if spec.limit else None
         return series_stats(
@@ -235,7 +240,7 @@ class ReplayMetrics:
             query=query,
             spec=spec,
             series=len(matched),
-            limit=self._limit(limit_q),
+            limit=self._limit(limit_q, spec.agg),
         )
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
@@ -258,7 +263,7 @@ class ReplayMetrics:
                     query=metric + label,
                     spec=spec,
                     series=len(members),
-                    limit=self._limit(spec.limit.replace("$service", component)) if spec.limit else None,
+                    limit=self._limit(spec.limit.replace("$service", component), spec.agg) if spec.limit else None,
                 )
             )
         return out
@@ -329,6 +334,8 @@ class _SpanTime:
     self_ms: float
     total_ms: float
     error: bool
+    origin_error: bool
+    children: int
 
 
 class ReplayTraces:
@@ -341,13 +348,17 @@ class ReplayTraces:
     def _spans(self) -> list[_SpanTime]:
         spans = self.recording.traces
         children: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+        failing_child: set[tuple[str, str]] = set()
         for s in spans:
             if s.parent_id:
                 children[(s.trace_id, s.parent_id)].append((s.start_s, s.start_s + s.duration_us / 1e6))
+                if s.status == "error":
+                    failing_child.add((s.trace_id, s.parent_id))
         out = []
         for s in spans:
             start, end = s.start_s, s.start_s + s.duration_us / 1e6
-            covered = _union_length(children.get((s.trace_id, s.span_id), []), start, end)
+            kids = children.get((s.trace_id, s.span_id), [])
+            covered = _union_length(kids, start, end)
             out.append(
                 _SpanTime(
                     service=s.service,
@@ -356,6 +367,8 @@ class ReplayTraces:
                     self_ms=max(end - start - covered, 0.0) * 1000,
                     total_ms=s.duration_us / 1000,
                     error=s.status == "error",
+                    origin_error=s.status == "error" and (s.trace_id, s.span_id) not in failing_child,
+                    children=len(kids),
                 )
             )
         return out
@@ -409,6 +422,9 @@ class ReplayTraces:
                     tail_self_shift=_tail_shift([s.self_ms for s in bs], [s.self_ms for s in ws]),
                     errors_baseline=sum(s.error for s in bs),
                     errors_window=sum(s.error for s in ws),
+                    origin_errors_baseline=sum(s.origin_error for s in bs),
+                    origin_errors_window=sum(s.origin_error for s in ws),
+                    fanout_shift=_fanout_shift(bs, ws),
                 )
             )
         ops: dict[tuple[str, str], list[_SpanTime]] = defaultdict(list)
@@ -428,24 +444,35 @@ class ReplayTraces:
             ),
             key=lambda o: (-o.self_p95_ms, o.service, o.operation),
         )[:5]
-        # Waiting on callees: the slow tail got slower while the service's own time did not.
+        # Waiting on callees: the slow tail got slower while the service's own time did not, and
+        # it makes no more calls than before (one that fans out more is waiting on itself).
         blocked = [
             s.service
             for s in services
             if (s.tail_total_shift or 0) >= 1.5
             and (s.tail_self_shift is None or s.tail_self_shift < 1.3)
             and (s.self_shift is None or s.self_shift < 1.3)
+            and (s.fanout_shift is None or s.fanout_shift < 1.3)
         ]
         return TracesData(
             services=services,
             slowest_operations=slowest,
-            error_spans={s.service: s.errors_window for s in services if s.errors_window},
+            error_spans={s.service: s.origin_errors_window for s in services if s.origin_errors_window},
             blocked_parents=blocked,
         )
 
 
 def _p50(values: list[float]) -> float | None:
     return round(median(values), 3) if values else None
+
+
+def _fanout_shift(base: list[_SpanTime], window: list[_SpanTime]) -> float | None:
+    """Child calls per span that has any, window against baseline."""
+    b = [s.children for s in base if s.children]
+    w = [s.children for s in window if s.children]
+    if len(b) < 5 or len(w) < 5:
+        return None
+    return safe_ratio(sum(w) / len(w), sum(b) / len(b))
 
 
 def _tail_shift(base: list[float], window: list[float], q: float = 0.9) -> float | None:

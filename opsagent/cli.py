@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from opsagent.catalog import default_catalog
@@ -62,7 +63,7 @@ def _run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     try:
         return asyncio.run(coro_fn())
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
         raise typer.Exit(2) from None
 
 
@@ -293,7 +294,7 @@ def playbooks_check(directory: PlaybooksOpt = None) -> None:
     try:
         books = load_default_playbooks(directory)
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     console.print(f"{len(books)} playbook(s) valid: {', '.join(sorted(b.id for b in books))}")
 

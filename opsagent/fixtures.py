@@ -40,6 +40,9 @@ class SignalDef(BaseModel):
     limit: str | None = Field(default=None, description="query for the ceiling of this signal")
     scope: Literal["service", "edge"] = "service"
     min_delta: float = Field(default=0.0, ge=0, description="smallest absolute change that matters")
+    type: Literal["gauge", "counter"] | None = Field(
+        default=None, description="read matching series without a type of their own as this type"
+    )
 
 
 class Edge(BaseModel):

@@ -23,7 +23,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     name: re.compile(pattern, re.I)
     for name, pattern in {
         "timeout": r"timed?[ -]?out|deadline exceeded|SocketTimeout",
-        "refused": r"connection refused|ECONNREFUSED",
+        "refused": r"refused|ECONNREFUSED",
         "reset": r"connection reset|ECONNRESET|broken pipe",
         "oom": r"out ?of ?memory|OutOfMemoryError|OOMKilled|oom[-_ ]kill",
         "exception": r"exception|traceback|panic:|\n\s+at |stack ?trace",
@@ -89,7 +89,9 @@ def mask(message: str) -> str:
 
 
 #: Families that name what went wrong more precisely than "an exception was thrown".
-_SPECIFIC = frozenset({"timeout", "refused", "reset", "oom", "pool", "disk", "tls", "dns", "deadlock", "ratelimit"})
+_SPECIFIC = frozenset(
+    {"timeout", "refused", "reset", "oom", "pool", "disk", "tls", "dns", "deadlock", "ratelimit", "5xx", "auth"}
+)
 
 #: Cheap lower-case substrings, one of which every match of the family's pattern contains: the
 #: regular expression only runs on lines that pass this filter.

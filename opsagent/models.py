@@ -228,6 +228,9 @@ class ServiceSpanStats(Frozen):
     tail_self_shift: float | None = Field(default=None, description="p90 self time, window / baseline")
     errors_baseline: int
     errors_window: int
+    origin_errors_baseline: int = Field(default=0, description="error spans with no failing child: errors born here")
+    origin_errors_window: int = 0
+    fanout_shift: float | None = Field(default=None, description="child calls per span, window / baseline")
 
 
 class OperationStats(Frozen):

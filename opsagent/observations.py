@@ -97,7 +97,8 @@ def _traces(d: TracesData) -> str:
         lines.append(
             f"{s.service}: self p50 {fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms ({shift}), "
             f"total p50 {fmt(s.total_ms_baseline)} -> {fmt(s.total_ms_window)} ms, "
-            f"errors {s.errors_baseline} -> {s.errors_window}"
+            f"errors {s.errors_baseline} -> {s.errors_window} (born here {s.origin_errors_baseline} -> "
+            f"{s.origin_errors_window})" + (f", calls/span x{s.fanout_shift:.2f}" if s.fanout_shift else "")
         )
     for o in d.slowest_operations:
         lines.append(f"slow: {o.service} {o.operation} p95 {o.p95_ms:.0f} ms (self {o.self_p95_ms:.0f} ms)")

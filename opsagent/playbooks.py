@@ -64,6 +64,7 @@ Op = Literal[
     "self_time_flat",
     "errors_up",
     "waiting_on_callees",
+    "fanout_up",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -80,7 +81,7 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
     ),
     "logs": ("family_burst", "family_quiet", "new_errors", "no_new_errors"),
     "changes": ("change_before_onset", "no_change_before_onset", "change_mentions"),
-    "traces": ("self_time_up", "self_time_flat", "errors_up", "waiting_on_callees"),
+    "traces": ("self_time_up", "self_time_flat", "errors_up", "waiting_on_callees", "fanout_up"),
 }
 
 
@@ -437,7 +438,7 @@ def _family_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
 def _new_error_templates(exp: Expectation, data: LogsData) -> list[str]:
     out = []
     for t in data.templates:
-        if t.new and set(t.levels) & {"error", "fatal"}:
+        if (t.new or t.bursting) and set(t.levels) & {"error", "fatal"}:
             pattern = FAMILIES.get(exp.family) if exp.family else None
             if pattern is not None and not pattern.search(t.sample):
                 continue
@@ -452,7 +453,8 @@ def _new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     if data is None:
         return _UNKNOWN
     found = _new_error_templates(exp, data)
-    return Outcome(bool(found), "new error templates: " + "; ".join(found[:2]) if found else "no new error templates")
+    none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
+    return Outcome(bool(found), "new or bursting error templates: " + "; ".join(found[:2]) if found else none)
 
 
 def _no_new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
@@ -460,7 +462,8 @@ def _no_new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     if data is None or data.total == 0:
         return _UNKNOWN
     found = _new_error_templates(exp, data)
-    return Outcome(not found, "no new error templates" if not found else "; ".join(found[:2]))
+    none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
+    return Outcome(not found, none if not found else "; ".join(found[:2]))
 
 
 def qualifying_changes(exp: Expectation, obs: Observation, ctx: Context) -> list[ChangeRecord] | None:
@@ -546,10 +549,17 @@ def _errors_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     s = _span_stats(obs, ctx)
     if s is None:
         return _UNKNOWN
-    base_rate = s.errors_baseline / max(s.spans_baseline, 1)
-    rate = s.errors_window / max(s.spans_window, 1)
-    text = f"{ctx.service} error spans {s.errors_baseline} -> {s.errors_window}"
-    return Outcome(s.errors_window >= 3 and rate >= 3 * base_rate + 0.01, text)
+    base_rate = s.origin_errors_baseline / max(s.spans_baseline, 1)
+    rate = s.origin_errors_window / max(s.spans_window, 1)
+    text = f"{ctx.service} error spans born in it {s.origin_errors_baseline} -> {s.origin_errors_window}"
+    return Outcome(s.origin_errors_window >= 3 and rate >= 3 * base_rate + 0.01, text)
+
+
+def _fanout_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    s = _span_stats(obs, ctx)
+    if s is None or s.fanout_shift is None:
+        return _UNKNOWN
+    return Outcome(s.fanout_shift >= exp.min_shift, f"{ctx.service} makes x{s.fanout_shift:.2f} calls per request")
 
 
 def _waiting_on_callees(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
@@ -580,6 +590,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "self_time_flat": _self_time_flat,
     "errors_up": _errors_up,
     "waiting_on_callees": _waiting_on_callees,
+    "fanout_up": _fanout_up,
 }
 
 

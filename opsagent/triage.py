@@ -174,10 +174,12 @@ def _trace_features(profiles: dict[str, Profile], obs: Observation, data: Traces
         if t.self_shift is not None and t.self_shift >= 1.5 and t.spans_window >= 3:
             mag = min(math.log2(t.self_shift), 3.0) * 1.2
             profiles[t.service].add("trace:self_time_up", mag, obs, f"self time x{t.self_shift:.1f}")
-        base_rate = t.errors_baseline / max(t.spans_baseline, 1)
-        win_rate = t.errors_window / max(t.spans_window, 1)
-        if t.errors_window >= 3 and win_rate >= 3 * base_rate + 0.01:
-            profiles[t.service].add("trace:errors_up", 1.0, obs, f"error spans {t.errors_window}")
+        base_rate = t.origin_errors_baseline / max(t.spans_baseline, 1)
+        win_rate = t.origin_errors_window / max(t.spans_window, 1)
+        if t.origin_errors_window >= 3 and win_rate >= 3 * base_rate + 0.01:
+            profiles[t.service].add("trace:errors_up", 1.0, obs, f"{t.origin_errors_window} error spans born here")
+        if t.fanout_shift is not None and t.fanout_shift >= 1.5:
+            profiles[t.service].add("trace:fanout_up", 1.0, obs, f"x{t.fanout_shift:.1f} calls per request")
     for svc in data.blocked_parents:
         profiles[svc].add("trace:waiting", 0.01, obs, "time spent waiting on callees")
 
