@@ -291,6 +291,7 @@ class Hypothesis(Frozen):
     playbook: str | None = None
     why: list[str] = Field(default_factory=list)
     explains: list[str] = Field(default_factory=list, description="triage features this hypothesis accounts for")
+    consequences: list[str] = Field(default_factory=list, description="fault kinds this fault sets off")
 
 
 class Evidence(Frozen):

@@ -26,6 +26,7 @@ from opsagent.models import (
     ChangesData,
     Cost,
     Evidence,
+    Hypothesis,
     HypothesisResult,
     Incident,
     Lesson,
@@ -39,7 +40,7 @@ from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.strategies import Outcome, strategy
 from opsagent.tools import Sources, Toolbox
-from opsagent.triage import Triage
+from opsagent.triage import Triage, descendants
 
 log = structlog.get_logger("opsagent.pipeline")
 
@@ -130,53 +131,78 @@ async def investigate(
 # ---------------------------------------------------------------- conclusion
 
 _STATUS_ORDER = {"confirmed": 0, "probable": 1, "inconclusive": 2, "unverified": 2, "refuted": 3}
+#: How much a component's triage score counts when its hypotheses are open, or all refuted.
+_OPEN, _UNTESTED, _RULED_OUT = 1.0, 0.8, 0.5
 
 
 def suspects(outcome: Outcome) -> list[Suspect]:
-    """One entry per component: confirmed first (causes before mechanisms), probable, the rest by score."""
-    best: dict[str, Suspect] = {}
+    """One entry per component: confirmed first, then probable, then the rest by score.
 
-    def offer(s: Suspect) -> None:
-        cur = best.get(s.component)
-        if cur is None or _order(s) < _order(cur):
-            best[s.component] = s
-
+    Among proven causes, a change comes first (it set the mechanism off), then a cause that
+    explains another (a pool starved by slow queries; a callee whose failure its callers show),
+    then the higher score. The rest are ranked by triage score, discounted when every hypothesis
+    about the component was refuted, so an honest "inconclusive" still says where to look first."""
     verdicts = {r.hypothesis.id: r for r in outcome.results}
-    tri_score = {c.component: c.score for c in outcome.triage.components}
+    graph = outcome.triage.graph
+    top = max((c.score for c in outcome.triage.components), default=0.0) or 1.0
+    norm = {c.component: c.score / top for c in outcome.triage.components}
+    proven: list[tuple[Hypothesis, HypothesisResult]] = []
+    rest: dict[str, Suspect] = {}
     for h in outcome.proposed:
         r = verdicts.get(h.id)
-        status = r.verdict.status if r else "unverified"
-        why = r.verdict.reason if r else "; ".join(h.why)
-        if status == "refuted":
-            offer(
-                Suspect(
-                    component=h.component,
-                    kind="unknown",
-                    score=round(tri_score.get(h.component, 0) * 0.5, 4),
-                    status="unverified",
-                    why=f"{h.kind} refuted: {why}",
-                )
-            )
+        if r is not None and r.verdict.status in ("confirmed", "probable"):
+            proven.append((h, r))
             continue
-        offer(Suspect(component=h.component, kind=h.kind, score=h.score, status=status, why=why))
-    for c in outcome.triage.components:
-        if c.score > 0:
-            offer(
-                Suspect(
-                    component=c.component,
-                    kind="unknown",
-                    score=round(c.score * 0.01, 5),
-                    status="unverified",
-                    why="; ".join(c.why[:3]) or "anomalous",
-                )
+        status = r.verdict.status if r else "unverified"
+        if status == "refuted":
+            candidate = Suspect(
+                component=h.component, kind="unknown", score=round(norm.get(h.component, 0) * _RULED_OUT, 4),
+                status="unverified", why=f"{h.kind} refuted: {r.verdict.reason if r else ''}",
             )
-    return sorted(best.values(), key=_order)
+        else:
+            weight = _OPEN if r is not None and r.verdict.supporting else _UNTESTED
+            candidate = Suspect(
+                component=h.component, kind=h.kind, score=round(norm.get(h.component, 0) * weight + h.score * 0.01, 4),
+                status=status, why=r.verdict.reason if r else "; ".join(h.why),
+            )
+        cur = rest.get(h.component)
+        if cur is None or _rest_order(candidate) < _rest_order(cur):
+            rest[h.component] = candidate
+    for c in outcome.triage.components:
+        if c.score > 0 and c.component not in rest:
+            rest[c.component] = Suspect(
+                component=c.component, kind="unknown", score=round(norm[c.component] * _UNTESTED, 4),
+                status="unverified", why="; ".join(c.why[:3]) or "anomalous",
+            )
+    ordered = sorted(proven, key=lambda hr: _proven_order(hr, proven, graph))
+    out: list[Suspect] = []
+    for h, r in ordered:
+        if all(s.component != h.component for s in out):
+            out.append(Suspect(component=h.component, kind=h.kind, score=h.score, status=r.verdict.status,
+                               why=r.verdict.reason))
+    out.extend(s for s in sorted(rest.values(), key=_rest_order) if all(o.component != s.component for o in out))
+    return out
 
 
-def _order(s: Suspect) -> tuple[int, int, float, str]:
-    change_first = 0 if s.kind in CHANGE_KINDS else 1
-    rank = _STATUS_ORDER[s.status]
-    return (rank, change_first if rank == 0 else 0, -s.score, s.component)
+def _rest_order(s: Suspect) -> tuple[float, int, str]:
+    return (-s.score, 0 if s.kind != "unknown" else 1, s.component)
+
+
+def _proven_order(
+    hr: tuple[Hypothesis, HypothesisResult], proven: list[tuple[Hypothesis, HypothesisResult]], graph: list[Edge]
+) -> tuple[int, int, int, float, str]:
+    h, r = hr
+    status = _STATUS_ORDER[r.verdict.status]
+    change_first = 0 if h.kind in CHANGE_KINDS else 1
+    explains = sum(1 for o, _ in proven if o is not h and _explains(h, o, graph))
+    return (status, change_first, -explains, -h.score, h.id)
+
+
+def _explains(a: Hypothesis, b: Hypothesis, graph: list[Edge]) -> bool:
+    """Whether a's fault accounts for b's: a consequence its playbook names, or a callee of b's component."""
+    if b.kind in a.consequences and (a.component == b.component or a.component in descendants(graph, (b.component,))):
+        return True
+    return a.component != b.component and a.component in descendants(graph, (b.component,))
 
 
 def conclude(

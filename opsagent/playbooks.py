@@ -189,6 +189,9 @@ class Playbook(BaseModel):
     applies: Applies
     statement: str
     checks: list[Check] = Field(min_length=2)
+    consequences: list[str] = Field(
+        default_factory=list, description="fault kinds this fault sets off (slow queries starve a connection pool)"
+    )
     keywords: list[str] = Field(
         default_factory=list,
         description="words that, in a change's summary or diff, say the change touched this mechanism",
@@ -207,6 +210,14 @@ class Playbook(BaseModel):
     def _statement_fields(cls, statement: str) -> str:
         _check_placeholders(statement)
         return statement
+
+    @field_validator("consequences")
+    @classmethod
+    def _known_consequences(cls, kinds: list[str]) -> list[str]:
+        unknown = [k for k in kinds if k not in FAULT_KINDS]
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}")
+        return kinds
 
     @model_validator(mode="after")
     def _unique_checks(self) -> Playbook:

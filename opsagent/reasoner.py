@@ -115,6 +115,7 @@ class PlaybookReasoner:
                         playbook=book.id,
                         why=[f"matched {', '.join(matched) or 'no indicator'}", *comp.why[:3]],
                         explains=[f"{comp.component}/{f}" for f in book.explained(comp.features)],
+                        consequences=book.consequences,
                     )
                 )
         out.sort(key=lambda h: (-h.score, h.id))
