@@ -33,10 +33,12 @@ FAMILIES: dict[str, re.Pattern[str]] = {
         "pool": r"pool exhausted|connection is not available|RejectedExecution|queue (?:is )?full|too many connections",
         "disk": r"no space left|disk (?:is )?full|ENOSPC|read-only file system",
         "tls": r"x509|certificate|tls handshake|ssl(?:handshake)?exception|PKIX",
-        "dns": r"no such host|name resolution|NXDOMAIN|could not resolve|UnknownHostException|SERVFAIL",
+        "dns": r"no such host|name resolution|NXDOMAIN|could not resolve|UnknownHostException|SERVFAIL"
+        r"|name or service not known|temporary failure in name",
         "ratelimit": r"rate[- ]limit|too many requests|\b429\b|quota",
         "gc": r"\bGC\b|garbage collect|stop-the-world|safepoint",
-        "slowquery": r"slow query|statement timeout|canceling statement|seq scan|lock wait",
+        "slowquery": r"slow query|statement timeout|canceling statement|seq scan|lock wait"
+        r"|duration: [\d.]+ ms\s+(?:statement|execute)",
     }.items()
 }
 
@@ -107,10 +109,10 @@ _HINTS: dict[str, tuple[str, ...]] = {
     "pool": ("pool", "not available", "rejectedexecution", "queue", "too many connections"),
     "disk": ("space", "disk", "enospc", "read-only"),
     "tls": ("x509", "certificate", "tls", "ssl", "pkix"),
-    "dns": ("no such host", "resolution", "nxdomain", "resolve", "unknownhost", "servfail"),
+    "dns": ("no such host", "resolution", "nxdomain", "resolve", "unknownhost", "servfail", "not known", "name"),
     "ratelimit": ("rate", "too many requests", "429", "quota"),
     "gc": ("gc", "garbage", "stop-the-world", "safepoint"),
-    "slowquery": ("slow query", "statement", "seq scan", "lock wait"),
+    "slowquery": ("slow query", "statement", "seq scan", "lock wait", "duration:"),
 }
 
 

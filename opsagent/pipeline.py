@@ -200,9 +200,18 @@ def _proven_order(
 
 def _explains(a: Hypothesis, b: Hypothesis, graph: list[Edge]) -> bool:
     """Whether a's fault accounts for b's: a consequence its playbook names, or a callee of b's component."""
-    if b.kind in a.consequences and (a.component == b.component or a.component in descendants(graph, (b.component,))):
+    if b.kind in a.consequences and (
+        a.component == b.component
+        or a.component in descendants(graph, (b.component,))
+        or _siblings(a.component, b.component, graph)  # a cache failing loads the database beside it
+    ):
         return True
     return a.component != b.component and a.component in descendants(graph, (b.component,))
+
+
+def _siblings(a: str, b: str, graph: list[Edge]) -> bool:
+    callers_a = {e.caller for e in graph if e.callee == a}
+    return bool(callers_a & {e.caller for e in graph if e.callee == b})
 
 
 def conclude(

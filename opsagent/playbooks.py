@@ -41,7 +41,29 @@ from opsagent.tools import TOOLS
 
 ChangeKind = Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
 
-PLACEHOLDERS = frozenset({"service", "symptom", "alert_service"})
+PLACEHOLDERS = frozenset({"service", "symptom", "alert_service", "service_pattern"})
+
+#: Words that say little about which system a name means ("stripe-api" is "stripe").
+_GENERIC_NAME_PARTS = frozenset({"api", "service", "svc", "server", "app", "backend", "srv"})
+
+
+def service_pattern(service: str) -> str:
+    """A regex that finds a service where logs name it loosely: "stripe-api" matches api.stripe.com."""
+    parts = [p for p in re.split(r"[-_.]", service) if p]
+    core = [p for p in parts if p.lower() not in _GENERIC_NAME_PARTS]
+    options = [re.escape(service)]
+    if core and core != parts:
+        options.append(r"[-_. ]?".join(re.escape(p) for p in core))
+    return "|".join(options)
+
+
+def placeholder_values(service: str, symptom: str, alert_service: str) -> dict[str, str]:
+    return {
+        "service": service,
+        "symptom": symptom,
+        "alert_service": alert_service,
+        "service_pattern": service_pattern(service),
+    }
 
 Op = Literal[
     "increased",
@@ -173,9 +195,11 @@ class Applies(BaseModel):
     requires: list[str] = Field(default_factory=list, description="feature patterns that must all be present")
     requires_any: list[str] = Field(default_factory=list, description="at least one must be present")
     indicators: dict[str, float] = Field(default_factory=dict, description="feature pattern -> weight")
-    role: Literal["any", "downstream"] = Field(
+    role: Literal["any", "downstream", "origin"] = Field(
         default="any",
-        description="downstream: only components the alerting service calls (a dependency's fault), never itself",
+        description="downstream: only components the alerting service calls (a dependency's fault), never "
+        "itself; origin: where a wave starts, a component none of whose callers shows what it requires "
+        "(a traffic surge enters at the edge), wherever it sits in the graph",
     )
 
 

@@ -27,9 +27,10 @@ from opsagent.models import (
     Observation,
     SourceKind,
     Step,
+    Symptom,
 )
-from opsagent.playbooks import Check, Context, Playbook, evaluate, fill
-from opsagent.triage import Triage
+from opsagent.playbooks import Check, Context, Playbook, evaluate, fill, placeholder_values
+from opsagent.triage import ComponentProfile, Triage
 
 
 class Decision(BaseModel):
@@ -67,7 +68,7 @@ TOP_COMPONENTS = 6
 
 
 def action_of(check: Check, hypothesis: Hypothesis, incident: Incident) -> Action:
-    values = {"service": hypothesis.component, "symptom": incident.symptom.value, "alert_service": incident.service}
+    values = placeholder_values(hypothesis.component, incident.symptom.value, incident.service)
     args = {k: fill(v, values) if isinstance(v, str) else v for k, v in check.args.items()}
     return Action(tool=check.tool, args=args)
 
@@ -86,40 +87,51 @@ class PlaybookReasoner:
         suspects = [c for c in triage.components if c.score > 0 or c.component in incident.services]
         suspects = suspects[:TOP_COMPONENTS]
         top = max((c.score for c in suspects), default=0.0) or 1.0
+        top_own = max((c.own for c in triage.components), default=0.0) or 1.0
         out = []
-        for comp in suspects:
-            for book in self.playbooks.values():
-                match = book.match(comp.features, incident.symptom)
-                hid = f"{book.id}@{comp.component}"
-                if match is None or hid in exclude:
-                    continue
-                if book.applies.role == "downstream" and (comp.component in incident.services or not comp.reachable):
-                    continue
-                values = {
-                    "service": comp.component,
-                    "symptom": incident.symptom.value,
-                    "alert_service": incident.service,
-                }
-                matched = [p for p in book.applies.indicators if any(_fits(p, f) for f in comp.features)]
-                score = book.prior * (0.25 + match) * (0.2 + comp.score / top)
-                out.append(
-                    Hypothesis(
-                        id=hid,
-                        component=comp.component,
-                        kind=book.kind,
-                        statement=fill(book.statement, values),
-                        confirm_if=[fill(c.says, values) for c in book.checks if c.confirm],
-                        refute_if=[fill(c.says, values) for c in book.checks if c.refute],
-                        prior=book.prior,
-                        score=round(score, 5),
-                        playbook=book.id,
-                        why=[f"matched {', '.join(matched) or 'no indicator'}", *comp.why[:3]],
-                        explains=[f"{comp.component}/{f}" for f in book.explained(comp.features)],
-                        consequences=book.consequences,
-                    )
+        for comp, book in self._pairs(suspects, triage):
+            match = book.match(comp.features, incident.symptom)
+            hid = f"{book.id}@{comp.component}"
+            if match is None or hid in exclude:
+                continue
+            if book.applies.role == "downstream" and (comp.component in incident.services or not comp.reachable):
+                continue
+            # Where a wave starts, its own anomaly is what counts: explaining-away and
+            # reachability from the alert run the other way for it.
+            weight = comp.own / top_own if book.applies.role == "origin" else comp.score / top
+            values = placeholder_values(comp.component, incident.symptom.value, incident.service)
+            matched = [p for p in book.applies.indicators if any(_fits(p, f) for f in comp.features)]
+            score = book.prior * (0.25 + match) * (0.2 + weight)
+            out.append(
+                Hypothesis(
+                    id=hid,
+                    component=comp.component,
+                    kind=book.kind,
+                    statement=fill(book.statement, values),
+                    confirm_if=[fill(c.says, values) for c in book.checks if c.confirm],
+                    refute_if=[fill(c.says, values) for c in book.checks if c.refute],
+                    prior=book.prior,
+                    score=round(score, 5),
+                    playbook=book.id,
+                    why=[f"matched {', '.join(matched) or 'no indicator'}", *comp.why[:3]],
+                    explains=[f"{comp.component}/{f}" for f in book.explained(comp.features)],
+                    consequences=book.consequences,
                 )
+            )
         out.sort(key=lambda h: (-h.score, h.id))
         return out[:k]
+
+    def _pairs(self, suspects: list[ComponentProfile], triage: Triage) -> list[tuple[ComponentProfile, Playbook]]:
+        """Playbooks x triage's top suspects; origin playbooks x every component where a wave starts."""
+        pairs = [(c, b) for c in suspects for b in self.playbooks.values() if b.applies.role != "origin"]
+        for book in (b for b in self.playbooks.values() if b.applies.role == "origin"):
+            for comp in triage.components:
+                if book.match(comp.features, Symptom.unknown) is None:
+                    continue
+                callers = [triage.profile(e.caller) for e in triage.graph if e.callee == comp.component]
+                if not any(p is not None and book.match(p.features, Symptom.unknown) is not None for p in callers):
+                    pairs.append((comp, book))
+        return pairs
 
     def rank(
         self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
@@ -173,7 +185,7 @@ class PlaybookReasoner:
                 thought="No further checks: handing the evidence to the judge.", action=None, evidence=evidence
             )
         check, action = pending[0]
-        values = {"service": hypothesis.component, "symptom": incident.symptom.value, "alert_service": incident.service}
+        values = placeholder_values(hypothesis.component, incident.symptom.value, incident.service)
         return Decision(thought=fill(check.says, values), action=action, evidence=evidence)
 
     @staticmethod

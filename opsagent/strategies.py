@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from opsagent.errors import ConfigError
 from opsagent.fixtures import Edge
 from opsagent.loop import Meter, verify
-from opsagent.models import Action, Hypothesis, HypothesisResult, Incident, Lesson, LogsData, Observation
+from opsagent.models import CHANGE_KINDS, Action, Hypothesis, HypothesisResult, Incident, Lesson, LogsData, Observation
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
-from opsagent.triage import ComponentProfile, Triage, profiles_from, triage
+from opsagent.triage import ComponentProfile, Triage, descendants, profiles_from, triage
 
 
 @dataclass
@@ -65,16 +65,20 @@ class Hybrid(Strategy):
         tried: set[str] = set()
         proposed: list[Hypothesis] = []
         results: list[HypothesisResult] = []
-        while True:
+        while not _spent(meter, results):
             candidates = reasoner.propose(incident, found, k=k, lessons=lessons, exclude=tried)
             if not candidates:
                 break
-            ranked = reasoner.rank(incident, candidates, found, lessons)
-            proposed.extend(ranked)
-            confirmed = False
-            for start in range(0, len(ranked), beam):
-                kept = ranked[start : start + beam]
-                tried.update(h.id for h in kept)
+            queue = reasoner.rank(incident, candidates, found, lessons)
+            proposed.extend(queue)
+            tried.update(h.id for h in queue)
+            while queue and not _spent(meter, results):
+                if _proven(results):
+                    # A proven mechanism (a pool exhausted) asks "why?": follow only what lies below it.
+                    queue = [h for h in queue if _below_proven(h, results, found)]
+                    if not queue:
+                        break
+                kept, queue = queue[:beam], queue[beam:]
                 batch = await asyncio.gather(
                     *(
                         verify(
@@ -84,13 +88,30 @@ class Hybrid(Strategy):
                     )
                 )
                 results.extend(batch)
-                confirmed = any(r.verdict.status in ("confirmed", "probable") for r in batch)
-                if confirmed or meter.exhausted(0) or any(r.stop_reason.startswith("budget") for r in batch):
-                    break
-            tried.update(h.id for h in ranked)
-            if confirmed or meter.exhausted(0) or any(r.stop_reason.startswith("budget") for r in results):
+            if _proven(results) and not any(_below_proven(h, results, found) for h in queue):
                 break
         return Outcome(triage=found, results=results, proposed=proposed, lessons_used=list(lessons))
+
+
+def _spent(meter: Meter, results: list[HypothesisResult]) -> bool:
+    return meter.exhausted(0) is not None or any(r.stop_reason.startswith("budget") for r in results)
+
+
+def _proven(results: list[HypothesisResult]) -> list[HypothesisResult]:
+    return [r for r in results if r.verdict.status in ("confirmed", "probable")]
+
+
+def _below_proven(h: Hypothesis, results: list[HypothesisResult], found: Triage) -> bool:
+    """Whether h lies strictly downstream of a proven mechanism, which it could explain.
+
+    A proven change is a cause, not a mechanism: nothing below it needs following."""
+    for r in _proven(results):
+        proven = r.hypothesis
+        if proven.kind in CHANGE_KINDS or proven.component == h.component:
+            continue
+        if h.component in descendants(found.graph, (proven.component,)):
+            return True
+    return False
 
 
 class GreedyReact(Strategy):

@@ -115,6 +115,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     )
     used = [scan, changes, traces, logs_all, *per_service]
     profiles = profiles_from(used, incident)
+    _add_caller_features(profiles, graph)
     own = {c: _own_score(p.features) for c, p in profiles.items()}
     components = set(own) | {e.caller for e in graph} | {e.callee for e in graph} | set(incident.services)
     reach = descendants(graph, incident.services) if graph else components
@@ -191,6 +192,22 @@ def _change_features(profiles: dict[str, Profile], obs: Observation, data: Chang
             kind = "deploy" if c.kind in ("deploy", "rollout") else c.kind
             why = f"{c.kind} {c.id} {c.minutes_before_onset:.0f} min before onset"
             profiles[c.service].add(f"change:{kind}", 0.5, obs, why)
+
+
+def _add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None:
+    """What a component's callers show, as ``caller:<feature>``: the failures a shared dependency
+    (a resolver, a database) causes are seen by its callers, not by itself."""
+    for e in graph:
+        caller = profiles.get(e.caller)
+        if caller is None:
+            continue
+        callee = profiles[e.callee]
+        for feature, mag in list(caller.features.items()):
+            if feature.startswith(("log:", "signal:")):
+                key = f"caller:{feature}"
+                if mag > callee.features.get(key, 0.0):
+                    callee.features[key] = mag
+                    callee.evidence[key] = caller.evidence[feature]
 
 
 def _has_data(obs: Observation) -> bool:
