@@ -390,10 +390,10 @@ class ReplayTraces:
         b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
         w0, w1 = unix(incident.onset), unix(incident.window.end)
         wanted: set[str] | None = None
+        callers = sorted({e.caller for e in self._edges if e.callee == service}) if service else []
+        callees = sorted({e.callee for e in self._edges if e.caller == service}) if service else []
         if service:
-            wanted = {service}
-            wanted.update(e.callee for e in self._edges if e.caller == service)
-            wanted.update(e.caller for e in self._edges if e.callee == service)
+            wanted = {service, *callers, *callees}
         base: dict[str, list[_SpanTime]] = defaultdict(list)
         win: dict[str, list[_SpanTime]] = defaultdict(list)
         for sp in self._spans:
@@ -459,6 +459,8 @@ class ReplayTraces:
             slowest_operations=slowest,
             error_spans={s.service: s.origin_errors_window for s in services if s.origin_errors_window},
             blocked_parents=blocked,
+            callers=callers,
+            callees=callees,
         )
 
 

@@ -37,6 +37,7 @@ FAMILIES: dict[str, re.Pattern[str]] = {
         r"|name or service not known|temporary failure in name",
         "ratelimit": r"rate[- ]limit|too many requests|\b429\b|quota",
         "gc": r"\bGC\b|garbage collect|stop-the-world|safepoint",
+        "eviction": r"evict|maxmemory|cache full",
         "slowquery": r"slow query|statement timeout|canceling statement|seq scan|lock wait"
         r"|duration: [\d.]+ ms\s+(?:statement|execute)",
     }.items()
@@ -112,6 +113,7 @@ _HINTS: dict[str, tuple[str, ...]] = {
     "dns": ("no such host", "resolution", "nxdomain", "resolve", "unknownhost", "servfail", "not known", "name"),
     "ratelimit": ("rate", "too many requests", "429", "quota"),
     "gc": ("gc", "garbage", "stop-the-world", "safepoint"),
+    "eviction": ("evict", "maxmemory", "cache full"),
     "slowquery": ("slow query", "statement", "seq scan", "lock wait", "duration:"),
 }
 

@@ -249,6 +249,8 @@ class TracesData(Frozen):
     blocked_parents: list[str] = Field(
         description="services whose window latency is mostly time spent waiting on callees"
     )
+    callers: list[str] = Field(default_factory=list, description="callers of the service asked about")
+    callees: list[str] = Field(default_factory=list, description="callees of the service asked about")
 
 
 class ErrorData(Frozen):

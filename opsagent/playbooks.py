@@ -87,6 +87,7 @@ Op = Literal[
     "errors_up",
     "waiting_on_callees",
     "fanout_up",
+    "callers_fanout_up",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -103,7 +104,9 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
     ),
     "logs": ("family_burst", "family_quiet", "new_errors", "no_new_errors"),
     "changes": ("change_before_onset", "no_change_before_onset", "change_mentions"),
-    "traces": ("self_time_up", "self_time_flat", "errors_up", "waiting_on_callees", "fanout_up"),
+    "traces": (
+        "self_time_up", "self_time_flat", "errors_up", "waiting_on_callees", "fanout_up", "callers_fanout_up",
+    ),
 }
 
 
@@ -590,6 +593,18 @@ def _errors_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     return Outcome(s.origin_errors_window >= 3 and rate >= 3 * base_rate + 0.01, text)
 
 
+def _callers_fanout_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Callers of the service make more calls per request (cache misses fall through to the store)."""
+    if not isinstance(obs.data, TracesData) or not obs.data.callers:
+        return _UNKNOWN
+    shifts = {s.service: s.fanout_shift for s in obs.data.services if s.service in obs.data.callers}
+    up = {k: v for k, v in shifts.items() if v is not None and v >= exp.min_shift}
+    if not any(v is not None for v in shifts.values()):
+        return _UNKNOWN
+    text = ", ".join(f"{k} x{v:.2f} calls per request" for k, v in up.items()) or "callers' calls per request unchanged"
+    return Outcome(bool(up), text)
+
+
 def _fanout_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     s = _span_stats(obs, ctx)
     if s is None or s.fanout_shift is None:
@@ -626,6 +641,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "errors_up": _errors_up,
     "waiting_on_callees": _waiting_on_callees,
     "fanout_up": _fanout_up,
+    "callers_fanout_up": _callers_fanout_up,
 }
 
 
