@@ -12,8 +12,8 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
 from statistics import median
+from typing import Literal
 
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected

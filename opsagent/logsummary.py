@@ -62,17 +62,19 @@ _LEVELS = {
     "trace": "debug",
 }
 
+#: (pattern, replacement, a substring every match contains: the pattern only runs where it occurs)
 _MASKS = [
-    (re.compile(r"[a-z]+://\S+", re.I), "<URL>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<UUID>"),
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<IP>"),
-    (re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+"), "<EMAIL>"),
-    (re.compile(r"(?<![\w/])/[\w.-]+(?:/[\w.-]+)+"), "<PATH>"),
+    (re.compile(r"[a-z]+://\S+", re.I), "<URL>", "://"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<UUID>", "-"),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<IP>", "."),
+    (re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+"), "<EMAIL>", "@"),
+    (re.compile(r"(?<![\w/])/[\w.-]+(?:/[\w.-]+)+"), "<PATH>", "/"),
     (
         re.compile(r"\b(?:0x)?[0-9a-f]*\d[0-9a-f]*[a-f][0-9a-f]*\b|\b[0-9a-f]*[a-f][0-9a-f]*\d[0-9a-f]*\b", re.I),
         "<HEX>",
+        "",
     ),
-    (re.compile(r"[-+]?\b\d+(?:\.\d+)?(?:ms|us|µs|ns|s|m|h|%|kb|mb|gb|b)?\b", re.I), "<NUM>"),
+    (re.compile(r"[-+]?\b\d+(?:\.\d+)?(?:ms|us|µs|ns|s|m|h|%|kb|mb|gb|b)?\b", re.I), "<NUM>", ""),
 ]
 
 
@@ -84,10 +86,20 @@ def normalise_level(level: str) -> str:
     return _LEVELS.get(lv, lv or "unknown")
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def mask(message: str) -> str:
     text = message.split("\n", 1)[0].strip()
-    for pattern, token in _MASKS:
-        text = pattern.sub(token, text)
+    if not _DIGIT.search(text):
+        return text if "://" not in text and "@" not in text and "/" not in text else _mask_all(text)
+    return _mask_all(text)
+
+
+def _mask_all(text: str) -> str:
+    for pattern, token, hint in _MASKS:
+        if hint in text:
+            text = pattern.sub(token, text)
     return text
 
 
@@ -118,12 +130,17 @@ _HINTS: dict[str, tuple[str, ...]] = {
 }
 
 
+_FAMILIES_OF_HINT: dict[str, list[str]] = {}
+for _family, _hints in _HINTS.items():
+    for _hint in _hints:
+        _FAMILIES_OF_HINT.setdefault(_hint, []).append(_family)
+
+
 def families_of(message: str) -> list[str]:
     """Every keyword family the message belongs to; a timeout exception is a timeout, not an exception."""
     lower = message.lower()
-    found = [
-        name for name, pattern in FAMILIES.items() if any(h in lower for h in _HINTS[name]) and pattern.search(message)
-    ]
+    hinted = {f for hint, fams in _FAMILIES_OF_HINT.items() if hint in lower for f in fams}
+    found = [name for name, pattern in FAMILIES.items() if name in hinted and pattern.search(message)]
     if "exception" in found and _SPECIFIC.intersection(found):
         found.remove("exception")
     return found

@@ -156,14 +156,20 @@ def suspects(outcome: Outcome) -> list[Suspect]:
         status = r.verdict.status if r else "unverified"
         if status == "refuted":
             candidate = Suspect(
-                component=h.component, kind="unknown", score=round(norm.get(h.component, 0) * _RULED_OUT, 4),
-                status="unverified", why=f"{h.kind} refuted: {r.verdict.reason if r else ''}",
+                component=h.component,
+                kind="unknown",
+                score=round(norm.get(h.component, 0) * _RULED_OUT, 4),
+                status="unverified",
+                why=f"{h.kind} refuted: {r.verdict.reason if r else ''}",
             )
         else:
             weight = _OPEN if r is not None and r.verdict.supporting else _UNTESTED
             candidate = Suspect(
-                component=h.component, kind=h.kind, score=round(norm.get(h.component, 0) * weight + h.score * 0.01, 4),
-                status=status, why=r.verdict.reason if r else "; ".join(h.why),
+                component=h.component,
+                kind=h.kind,
+                score=round(norm.get(h.component, 0) * weight + h.score * 0.01, 4),
+                status=status,
+                why=r.verdict.reason if r else "; ".join(h.why),
             )
         cur = rest.get(h.component)
         if cur is None or _rest_order(candidate) < _rest_order(cur):
@@ -171,15 +177,21 @@ def suspects(outcome: Outcome) -> list[Suspect]:
     for c in outcome.triage.components:
         if c.score > 0 and c.component not in rest:
             rest[c.component] = Suspect(
-                component=c.component, kind="unknown", score=round(norm[c.component] * _UNTESTED, 4),
-                status="unverified", why="; ".join(c.why[:3]) or "anomalous",
+                component=c.component,
+                kind="unknown",
+                score=round(norm[c.component] * _UNTESTED, 4),
+                status="unverified",
+                why="; ".join(c.why[:3]) or "anomalous",
             )
     ordered = sorted(proven, key=lambda hr: _proven_order(hr, proven, graph))
     out: list[Suspect] = []
     for h, r in ordered:
         if all(s.component != h.component for s in out):
-            out.append(Suspect(component=h.component, kind=h.kind, score=h.score, status=r.verdict.status,
-                               why=r.verdict.reason))
+            out.append(
+                Suspect(
+                    component=h.component, kind=h.kind, score=h.score, status=r.verdict.status, why=r.verdict.reason
+                )
+            )
     out.extend(s for s in sorted(rest.values(), key=_rest_order) if all(o.component != s.component for o in out))
     return out
 

@@ -65,6 +65,7 @@ def placeholder_values(service: str, symptom: str, alert_service: str) -> dict[s
         "service_pattern": service_pattern(service),
     }
 
+
 Op = Literal[
     "increased",
     "decreased",
@@ -105,7 +106,12 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
     "logs": ("family_burst", "family_quiet", "new_errors", "no_new_errors"),
     "changes": ("change_before_onset", "no_change_before_onset", "change_mentions"),
     "traces": (
-        "self_time_up", "self_time_flat", "errors_up", "waiting_on_callees", "fanout_up", "callers_fanout_up",
+        "self_time_up",
+        "self_time_flat",
+        "errors_up",
+        "waiting_on_callees",
+        "fanout_up",
+        "callers_fanout_up",
     ),
 }
 
