@@ -19,12 +19,14 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from opsagent.logconfig import configure  # noqa: E402
 from opsagent.pipeline import load_default_playbooks  # noqa: E402
 from opsagent.scoreboard import replay  # noqa: E402
 from opsagent.strategies import STRATEGIES  # noqa: E402
 
 
 async def main(directory: Path, repeat: int) -> None:
+    configure(level="error")
     books = load_default_playbooks()
     rows = []
     for name in STRATEGIES:
@@ -35,8 +37,10 @@ async def main(directory: Path, repeat: int) -> None:
         misses = [s.slug for s in board.scores if not s.hit1]
         print(f"{name}: missed at top-1: {', '.join(misses) or 'none'}")
     print()
-    header = f"{'strategy':<8} {'AC@1':>6} {'AC@3':>6} {'Avg@5':>6} {'kind':>6} {'verdict':>7} " \
-             f"{'calls':>6} {'tokens':>7} {'p50 ms':>7} {'max ms':>7}"
+    header = (
+        f"{'strategy':<8} {'AC@1':>6} {'AC@3':>6} {'Avg@5':>6} {'kind':>6} {'verdict':>7} "
+        f"{'calls':>6} {'tokens':>7} {'p50 ms':>7} {'max ms':>7}"
+    )
     print(header)
     print("-" * len(header))
     for name, board, p50, worst in rows:

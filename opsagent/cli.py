@@ -63,7 +63,7 @@ def _run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     try:
         return asyncio.run(coro_fn())
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -272,7 +272,7 @@ def fixtures_validate(
             checked += 1
             problems.extend(validate(target))
     for p in problems:
-        err.print(str(p), highlight=False, markup=False)
+        err.print(str(p), highlight=False, markup=False, soft_wrap=True)
     if problems:
         err.print(f"{len(problems)} problem(s) in {checked} incident(s)")
         raise typer.Exit(1)

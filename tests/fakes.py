@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import Edge, SignalDef
+from opsagent.incident import open_incident
 from opsagent.models import (
     Alert,
     ChangesData,
@@ -16,7 +17,6 @@ from opsagent.models import (
     TimeRange,
     TracesData,
 )
-from opsagent.incident import open_incident
 
 ONSET = datetime(2026, 3, 1, 14, 2, tzinfo=UTC)
 
@@ -39,10 +39,21 @@ def stats(signal: str, component: str, *, base: float, window: float, limit: flo
     ratio = window / base
     direction = "up" if ratio > 1.3 else "down" if ratio < 0.77 else "flat"
     return SeriesStats(
-        signal=signal, component=component, query=f"{signal}{{service='{component}'}}", unit=None, series=1,
-        baseline_mean=base, baseline_std=base * 0.05, window_mean=window, window_max=window,
-        peak_ratio=ratio, mean_ratio=ratio, z_score=(window - base) / (base * 0.05),
-        change_point=ONSET, limit=limit, limit_fraction=window / limit if limit else None,
+        signal=signal,
+        component=component,
+        query=f"{signal}{{service='{component}'}}",
+        unit=None,
+        series=1,
+        baseline_mean=base,
+        baseline_std=base * 0.05,
+        window_mean=window,
+        window_max=window,
+        peak_ratio=ratio,
+        mean_ratio=ratio,
+        z_score=(window - base) / (base * 0.05),
+        change_point=ONSET,
+        limit=limit,
+        limit_fraction=window / limit if limit else None,
         direction=direction,  # type: ignore[arg-type]
     )
 
@@ -54,7 +65,9 @@ class FakeMetrics:
         self.table = table
         self.calls = 0
 
-    async def stats(self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident) -> SeriesStats | None:
+    async def stats(
+        self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident
+    ) -> SeriesStats | None:
         self.calls += 1
         return self.table.get((signal, component))
 

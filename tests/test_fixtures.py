@@ -16,7 +16,6 @@ from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Obse
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
 from opsagent.triage import Triage
-
 from tests.conftest import INCIDENTS, ORDER_INCIDENT, ROOT
 
 HEADER = {
@@ -91,12 +90,21 @@ class SpyReasoner(PlaybookReasoner):
         super().__init__(load_default_playbooks())
         self.seen: list[str] = []
 
-    def propose(self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]) -> list[Hypothesis]:
+    def propose(
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+    ) -> list[Hypothesis]:
         self.seen += [incident.model_dump_json(), triage.model_dump_json()]
         return super().propose(incident, triage, k=k, lessons=lessons, exclude=exclude)
 
-    async def decide(self, incident: Incident, hypothesis: Hypothesis, steps: Sequence[Step],
-                     observations: Mapping[str, Observation], *, final: bool) -> Decision:
+    async def decide(
+        self,
+        incident: Incident,
+        hypothesis: Hypothesis,
+        steps: Sequence[Step],
+        observations: Mapping[str, Observation],
+        *,
+        final: bool,
+    ) -> Decision:
         self.seen += [o.model_dump_json() for o in observations.values()]
         return await super().decide(incident, hypothesis, steps, observations, final=final)
 

@@ -3,13 +3,19 @@ from opsagent.models import Action, Evidence, MetricsData, Observation, SourceKi
 
 
 def _obs(oid: str, source: SourceKind) -> Observation:
-    data = MetricsData(stats=[]) if source == SourceKind.metrics else TracesData(
-        services=[], slowest_operations=[], error_spans={}, blocked_parents=[]
+    data = (
+        MetricsData(stats=[])
+        if source == SourceKind.metrics
+        else TracesData(services=[], slowest_operations=[], error_spans={}, blocked_parents=[])
     )
     return Observation(id=oid, action=Action(tool=f"{source.value}.x"), source=source, data=data, text="", tokens=1)
 
 
-OBS = {"m-1": _obs("m-1", SourceKind.metrics), "m-2": _obs("m-2", SourceKind.metrics), "t-1": _obs("t-1", SourceKind.traces)}
+OBS = {
+    "m-1": _obs("m-1", SourceKind.metrics),
+    "m-2": _obs("m-2", SourceKind.metrics),
+    "t-1": _obs("t-1", SourceKind.traces),
+}
 ALL = {SourceKind.metrics, SourceKind.traces}
 
 

@@ -18,7 +18,7 @@ def test_vector_constant() -> None:
     assert parse("vector(1)").constant == 1.0
 
 
-@pytest.mark.parametrize("query", ["rate(x[5m])", 'x{service=}', "sum by (a) (x)"])
+@pytest.mark.parametrize("query", ["rate(x[5m])", "x{service=}", "sum by (a) (x)"])
 def test_rejects_what_replay_cannot_evaluate(query: str) -> None:
     with pytest.raises(SelectorError):
         parse(query)

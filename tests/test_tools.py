@@ -3,7 +3,6 @@ import asyncio
 from opsagent.catalog import default_catalog
 from opsagent.models import Action, ErrorData, MetricsData
 from opsagent.tools import Sources, Toolbox
-
 from tests.fakes import BuggyChanges, DeadLogs, FakeMetrics, HangingTraces, incident, stats
 
 
@@ -44,7 +43,11 @@ def test_malformed_action_becomes_a_format_error_observation() -> None:
 def test_unknown_signal_is_a_hint_not_a_crash() -> None:
     box = _toolbox(metrics=FakeMetrics({}))
     obs = asyncio.run(box.call(Action(tool="metrics.signal", args={"signal": "vibes", "service": "x"})))
-    assert isinstance(obs.data, ErrorData) and "unknown signal" in obs.data.error and "latency_p99" in (obs.data.hint or "")
+    assert (
+        isinstance(obs.data, ErrorData)
+        and "unknown signal" in obs.data.error
+        and "latency_p99" in (obs.data.hint or "")
+    )
 
 
 def test_failing_sources_are_named_and_do_not_raise() -> None:

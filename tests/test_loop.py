@@ -1,0 +1,170 @@
+"""The budgeted ReAct loop: budgets enforced by the loop, malformed actions, dead sources."""
+
+import asyncio
+
+from opsagent.catalog import default_catalog
+from opsagent.fixtures import load
+from opsagent.loop import Budget, Meter, verify
+from opsagent.models import Action, Hypothesis, SourceKind
+from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks, replay_sources
+from opsagent.reasoner import Decision, PlaybookReasoner, ScriptedReasoner
+from opsagent.tools import Sources, Toolbox
+from tests.conftest import ORDER_INCIDENT
+from tests.fakes import DeadLogs, FakeMetrics, HangingTraces, alert, incident, stats
+
+HYPOTHESIS = Hypothesis(
+    id="h1",
+    component="checkout",
+    kind="cpu_saturation",
+    statement="checkout is CPU-bound",
+    confirm_if=[],
+    refute_if=[],
+    prior=0.3,
+    score=0.3,
+)
+
+
+def test_one_step_budget_ends_inconclusive_with_budget_exhausted() -> None:
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, budget=Budget(max_steps=1)))
+    assert report.status == "inconclusive"
+    assert report.root_cause is None
+    assert all(len(r.steps) <= 1 for r in report.results)
+    assert any("budget exhausted: 1 steps" in r.stop_reason for r in report.results)
+    assert report.statement.startswith("inconclusive — needs a human")
+
+
+def test_token_budget_is_counted_from_observations_not_steps() -> None:
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, budget=Budget(token_budget=50)))
+    assert any("tokens" in r.stop_reason for r in report.results)
+    assert report.status == "inconclusive"
+
+
+def test_wall_clock_cap_is_enforced_by_the_loop() -> None:
+    now = iter(range(0, 10_000, 30))  # every look at the clock advances 30 s
+
+    def clock() -> float:
+        return float(next(now))
+
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, budget=Budget(wall_s=60), clock=clock))
+    assert report.status == "inconclusive"
+    assert any("wall clock" in r.stop_reason for r in report.results) or not report.results
+
+
+def test_malformed_actions_become_observations_and_the_loop_goes_on() -> None:
+    metrics = FakeMetrics({("cpu_usage", "checkout"): stats("cpu_usage", "checkout", base=0.3, window=0.95, limit=1.0)})
+    reasoner = ScriptedReasoner(
+        decisions=[
+            Decision(
+                thought="try a tool that does not exist", action=Action(tool="shell.exec", args={"cmd": "reboot"})
+            ),
+            Decision(
+                thought="now read the CPU",
+                action=Action(tool="metrics.signal", args={"signal": "cpu_usage", "service": "checkout"}),
+            ),
+            Decision(thought="done", action=None),
+        ]
+    )
+    box = Toolbox(sources=Sources(metrics=metrics), catalog=default_catalog(), incident=incident())
+    result = asyncio.run(
+        verify(
+            HYPOTHESIS,
+            incident=incident(),
+            reasoner=reasoner,
+            toolbox=box,
+            meter=Meter(budget=Budget()),
+            available={SourceKind.metrics},
+        )
+    )
+    first = box.observations[result.steps[0].observation_id or ""]
+    assert not first.ok and "format error" in first.text and "metrics.signal" in first.text
+    assert len(result.steps) == 2 and metrics.calls == 1
+    assert result.stop_reason == "no checks left" and result.verdict.status == "inconclusive"
+
+
+def test_evidence_citing_missing_observations_does_not_count() -> None:
+    from opsagent.models import Evidence
+
+    forged = [
+        Evidence(observation_id="m-000000", source=SourceKind.metrics, stance="supports", statement="trust me"),
+        Evidence(observation_id="t-000000", source=SourceKind.traces, stance="supports", statement="me too"),
+    ]
+    reasoner = ScriptedReasoner(decisions=[Decision(thought="I am sure", action=None, evidence=forged)])
+    box = Toolbox(sources=Sources(), catalog=default_catalog(), incident=incident())
+    result = asyncio.run(
+        verify(
+            HYPOTHESIS,
+            incident=incident(),
+            reasoner=reasoner,
+            toolbox=box,
+            meter=Meter(budget=Budget()),
+            available={SourceKind.metrics, SourceKind.traces},
+        )
+    )
+    assert result.verdict.status == "inconclusive"
+
+
+def test_hypotheses_are_verified_concurrently() -> None:
+    started: list[str] = []
+    release = asyncio.Event()
+
+    async def script(inc, hypothesis, steps, observations):  # type: ignore[no-untyped-def]
+        started.append(hypothesis.id)
+        if len(started) < 2:
+            await asyncio.wait_for(release.wait(), timeout=2)
+        release.set()
+        return Decision(thought="stop", action=None)
+
+    reasoner = ScriptedReasoner(script=script)
+    box = Toolbox(sources=Sources(), catalog=default_catalog(), incident=incident())
+    meter = Meter(budget=Budget())
+
+    async def both() -> None:
+        await asyncio.gather(
+            *(
+                verify(
+                    HYPOTHESIS.model_copy(update={"id": hid}),
+                    incident=incident(),
+                    reasoner=reasoner,
+                    toolbox=box,
+                    meter=meter,
+                    available=set(),
+                )
+                for hid in ("a", "b")
+            )
+        )
+
+    asyncio.run(both())  # would time out if the second loop only started after the first ended
+    assert sorted(started) == ["a", "b"]
+
+
+def test_an_investigation_with_dead_sources_finishes_and_names_them() -> None:
+    recording, _ = load(ORDER_INCIDENT)
+    catalog = default_catalog().merged(recording.signals)
+    sources = replay_sources(recording, catalog)
+    sources = Sources(metrics=sources.metrics, logs=DeadLogs(), changes=sources.changes, traces=HangingTraces())
+    report = asyncio.run(
+        investigate(
+            recording.alert,
+            sources=sources,
+            catalog=catalog,
+            reasoner=PlaybookReasoner(load_default_playbooks()),
+            topology=recording.topology,
+            recording=recording,
+            budget=Budget(timeout_s=0.2),
+        )
+    )
+    assert "logs:dead" in report.unreadable_sources and "traces:hanging" in report.unreadable_sources
+    assert report.suspects and report.suspects[0].component == "order-service"
+
+
+def test_an_alert_with_no_sources_at_all_still_reports() -> None:
+    report = asyncio.run(
+        investigate(
+            alert(),
+            sources=Sources(),
+            catalog=default_catalog(),
+            reasoner=PlaybookReasoner(load_default_playbooks()),
+        )
+    )
+    assert report.status == "inconclusive"
+    assert set(report.unreadable_sources) == {"metrics", "logs", "changes", "traces"}
