@@ -43,6 +43,8 @@ from opsagent.stats import (
     ts,
 )
 
+#: Fewer spans than this on either side of onset, and a service's time shift is not scored.
+MIN_SPANS = 5
 SERVICE_LABELS = ("service", "app", "application", "service_name", "job", "component", "container")
 _POD_SUFFIX = re.compile(r"^(.*?)(?:-[a-z0-9]{6,10})?-[a-z0-9]{5}$|^(.*?)-\d+$")
 
@@ -415,7 +417,10 @@ class ReplayTraces:
                     spans_window=len(ws),
                     self_ms_baseline=self_b,
                     self_ms_window=self_w,
-                    self_shift=safe_ratio(self_w, max(self_b, 0.05)) if self_b is not None else None,
+                    # A handful of sampled spans says nothing about a shift.
+                    self_shift=safe_ratio(self_w, max(self_b, 0.05))
+                    if self_b is not None and len(bs) >= MIN_SPANS and len(ws) >= MIN_SPANS
+                    else None,
                     total_ms_baseline=_p50([s.total_ms for s in bs]),
                     total_ms_window=_p50([s.total_ms for s in ws]),
                     tail_total_shift=_tail_shift([s.total_ms for s in bs], [s.total_ms for s in ws]),
@@ -472,13 +477,13 @@ def _fanout_shift(base: list[_SpanTime], window: list[_SpanTime]) -> float | Non
     """Child calls per span that has any, window against baseline."""
     b = [s.children for s in base if s.children]
     w = [s.children for s in window if s.children]
-    if len(b) < 5 or len(w) < 5:
+    if len(b) < MIN_SPANS or len(w) < MIN_SPANS:
         return None
     return safe_ratio(sum(w) / len(w), sum(b) / len(b))
 
 
 def _tail_shift(base: list[float], window: list[float], q: float = 0.9) -> float | None:
-    if len(base) < 5 or len(window) < 5:
+    if len(base) < MIN_SPANS or len(window) < MIN_SPANS:
         return None
     return safe_ratio(_pct(window, q), max(_pct(base, q), 0.05))
 

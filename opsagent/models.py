@@ -392,6 +392,7 @@ class Report(BaseModel):
     suspects: list[Suspect]
     lessons: list[Lesson]
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
+    budget_exhausted: str | None = Field(default=None, description="which budget stopped the investigation")
     next_steps: list[str] = Field(default_factory=list)
     cost: Cost
     observations: list[Observation] = Field(default_factory=list)

@@ -236,6 +236,9 @@ def conclude(
     lessons: list[Lesson],
 ) -> Report:
     ranked = suspects(outcome)
+    exhausted = meter.exhausted(0) or next(
+        (r.stop_reason for r in outcome.results if r.stop_reason.startswith("budget")), None
+    )
     top = ranked[0] if ranked and ranked[0].status in ("confirmed", "probable") else None
     winner = _result_for(outcome.results, top)
     evidence: list[Evidence] = list(winner.verdict.supporting) if winner else []
@@ -260,6 +263,8 @@ def conclude(
             if ruled
             else "Nothing could be confirmed or ruled out."
         )
+        if exhausted:
+            statement += f" Stopped early: {exhausted}."
     cost = Cost(
         steps=meter.steps,
         tool_calls=toolbox.calls,
@@ -280,6 +285,7 @@ def conclude(
         suspects=ranked,
         lessons=lessons,
         unreadable_sources=dict(toolbox.unreadable),
+        budget_exhausted=exhausted,
         next_steps=next_steps(top, winner, outcome, ranked),
         cost=cost,
         observations=sorted(toolbox.observations.values(), key=lambda o: o.id),

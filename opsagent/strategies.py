@@ -60,6 +60,7 @@ class Hybrid(Strategy):
         lessons: Sequence[Lesson],
     ) -> Outcome:
         found = await triage(toolbox, incident, topology)
+        meter.tokens += sum(toolbox.observations[oid].tokens for oid in set(found.observation_ids))
         available = set(found.source_kinds)
         k, beam = meter.budget.k, meter.budget.beam
         tried: set[str] = set()
