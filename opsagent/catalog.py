@@ -47,7 +47,18 @@ class SignalCatalog:
         return self._by_metric.get(metric_name)
 
     def merged(self, overrides: dict[str, SignalDef]) -> SignalCatalog:
-        return SignalCatalog({**self.signals, **overrides})
+        """This catalog with an environment's entries on top; an entry that overrides only the query
+        keeps the default's direction, aggregation and limits."""
+        signals = dict(self.signals)
+        for name, override in overrides.items():
+            base = signals.get(name)
+            if base is None:
+                signals[name] = override
+            else:
+                signals[name] = SignalDef.model_validate(
+                    {**base.model_dump(), **override.model_dump(exclude_unset=True)}
+                )
+        return SignalCatalog(signals)
 
 
 @cache

@@ -251,8 +251,9 @@ def replay_cmd(
         }
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
-    console.print(_scoreboard_table(board))
-    console.print(summary_line(board))
+    wide = console if console.is_terminal else Console(width=200)
+    wide.print(_scoreboard_table(board))
+    wide.print(summary_line(board))
 
 
 @fixtures_app.command(name="validate")

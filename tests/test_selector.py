@@ -22,3 +22,17 @@ def test_vector_constant() -> None:
 def test_rejects_what_replay_cannot_evaluate(query: str) -> None:
     with pytest.raises(SelectorError):
         parse(query)
+
+
+def test_environment_override_keeps_the_defaults_it_does_not_restate() -> None:
+    from opsagent.catalog import default_catalog
+    from opsagent.fixtures import SignalDef
+
+    base = default_catalog()
+    override = SignalDef.model_validate({"query": 'http_server_requests_seconds_p99{application="$service"}'})
+    merged = base.merged({"latency_p99": override, "queue_lag": SignalDef(query='kafka_lag{app="$service"}')})
+    latency = merged.get("latency_p99")
+    assert latency is not None and latency.query.startswith("http_server_requests_seconds_p99")
+    assert latency.direction == "up" and latency.min_delta == base.signals["latency_p99"].min_delta
+    assert merged.query("queue_lag", "a") == 'kafka_lag{app="a"}'
+    assert merged.signal_of("http_server_requests_seconds_p99") == "latency_p99"
