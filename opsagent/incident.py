@@ -68,4 +68,5 @@ def open_incident(
         window=window,
         baseline=baseline,
         labels=dict(alert.labels),
+        alerted_at=alert.starts_at,
     )

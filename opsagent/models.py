@@ -120,6 +120,7 @@ class Incident(Frozen):
     window: TimeRange
     baseline: TimeRange
     labels: dict[str, str] = Field(default_factory=dict)
+    alerted_at: AwareDatetime | None = Field(default=None, description="when the alert fired (startsAt)")
 
     @property
     def service(self) -> str:

@@ -307,10 +307,27 @@ def _result_for(results: list[HypothesisResult], top: Suspect | None) -> Hypothe
     )
 
 
+def _near(ts: datetime | None, onset: datetime, minutes: float = 15) -> bool:
+    return ts is not None and abs((ts - onset).total_seconds()) <= minutes * 60
+
+
+def _cited_components(evidence: list[Evidence], toolbox: Toolbox) -> set[str]:
+    out: set[str] = set()
+    for e in evidence:
+        obs = toolbox.observations.get(e.observation_id)
+        if obs is not None and isinstance(obs.data, MetricsData):
+            out.update(s.component for s in obs.data.stats)
+        elif obs is not None and "service" in obs.action.args:
+            out.add(str(obs.action.args["service"]))
+    return out
+
+
 def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list[Evidence]) -> list[TimelineEvent]:
     events = [
         TimelineEvent(ts=incident.onset, what=f"onset: {incident.title}", kind="onset"),
     ]
+    if incident.alerted_at is not None:
+        events.append(TimelineEvent(ts=incident.alerted_at, what="alert fired", kind="alert"))
     cited = {e.observation_id for e in evidence}
     for obs in toolbox.observations.values():
         if isinstance(obs.data, ChangesData):
@@ -328,13 +345,18 @@ def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list
                             observation_id=obs.id,
                         )
                     )
-        if isinstance(obs.data, MetricsData) and obs.id in cited:
+        if isinstance(obs.data, MetricsData) and (obs.id in cited or obs.id in found.observation_ids):
+            # Cited signals, and the shifts triage saw on the root cause and the alerting service.
+            focus = set(incident.services) | {e_comp for e_comp in _cited_components(evidence, toolbox)}
             for s in obs.data.stats:
+                if obs.id not in cited and (s.component not in focus or not _near(s.change_point, incident.onset)):
+                    continue
                 if s.change_point is not None and s.direction in ("up", "down"):
                     events.append(
                         TimelineEvent(
                             ts=s.change_point,
-                            what=f"{s.signal} of {s.component} {s.direction}",
+                            what=f"{s.signal} of {s.component} {s.direction}"
+                            + (f" x{s.mean_ratio:.1f}" if s.mean_ratio and s.mean_ratio != float("inf") else ""),
                             kind="symptom",
                             observation_id=obs.id,
                         )
