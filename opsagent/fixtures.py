@@ -19,7 +19,7 @@ import yaml
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from opsagent.errors import FixtureError, Problem
-from opsagent.models import FAULT_KINDS, Alert, TimeRange
+from opsagent.models import Alert, FaultKind, TimeRange
 
 TELEMETRY = ("metrics", "logs", "changes", "traces")
 
@@ -59,17 +59,10 @@ class Truth(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     service: str
-    kind: str
+    kind: FaultKind
     summary: str
     change_ids: list[str] = Field(default_factory=list)
     expect: Literal["confirmed", "inconclusive"] | None = None
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {kind!r}; one of: {', '.join(FAULT_KINDS)}")
-        return kind
 
 
 class IncidentFile(BaseModel):

@@ -6,11 +6,11 @@ fixtures. Nothing here does I/O.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 #: The fault taxonomy. ``truth.kind`` in fixtures and ``kind`` in playbooks come from here.
 FAULT_KINDS: tuple[str, ...] = (
@@ -32,6 +32,16 @@ FAULT_KINDS: tuple[str, ...] = (
     "dns_failure",
     "unknown",
 )
+
+
+def _known_kind(kind: str) -> str:
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}; one of: {', '.join(FAULT_KINDS)}")
+    return kind
+
+
+#: A fault kind of the taxonomy, validated wherever one is read (fixtures, playbooks).
+FaultKind = Annotated[str, AfterValidator(_known_kind)]
 
 #: Kinds whose cause is a change someone made; they explain the mechanism they trigger.
 CHANGE_KINDS: frozenset[str] = frozenset({"deploy_regression", "config_change"})
@@ -401,11 +411,3 @@ class Report(BaseModel):
     @property
     def refuted(self) -> list[HypothesisResult]:
         return [r for r in self.results if r.verdict.status == "refuted"]
-
-
-def utc(ts: datetime) -> datetime:
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
-
-
-def minutes(n: float) -> timedelta:
-    return timedelta(minutes=n)

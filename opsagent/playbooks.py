@@ -15,18 +15,18 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
 from opsagent.models import (
-    FAULT_KINDS,
     ArgValue,
     ChangeRecord,
     ChangesData,
+    FaultKind,
     Incident,
     LogsData,
     MetricsData,
@@ -39,6 +39,14 @@ from opsagent.models import (
 from opsagent.observations import fmt
 from opsagent.tools import TOOLS
 
+
+def _known_family(family: str) -> str:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown log family {family!r}; one of: {', '.join(FAMILIES)}")
+    return family
+
+
+LogFamily = Annotated[str, AfterValidator(_known_family)]
 ChangeKind = Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
 
 PLACEHOLDERS = frozenset({"service", "symptom", "alert_service", "service_pattern"})
@@ -126,28 +134,13 @@ class Expectation(BaseModel):
     fraction: float | None = None
     value: float = 0.0
     within_min: float = 45.0
-    family: str | None = None
-    exclude: list[str] = Field(default_factory=list, description="log families that disqualify a template")
+    family: LogFamily | None = None
+    exclude: list[LogFamily] = Field(default_factory=list, description="log families that disqualify a template")
     min_count: int = 5
     kinds: list[ChangeKind] = Field(default_factory=lambda: list(get_args(ChangeKind)))
     pattern: str | None = None
     min_shift: float = 1.5
     max_shift: float = 1.3
-
-    @field_validator("family")
-    @classmethod
-    def _known_family(cls, family: str | None) -> str | None:
-        if family is not None and family not in FAMILIES:
-            raise ValueError(f"unknown log family {family!r}; one of: {', '.join(FAMILIES)}")
-        return family
-
-    @field_validator("exclude")
-    @classmethod
-    def _known_families(cls, families: list[str]) -> list[str]:
-        unknown = [f for f in families if f not in FAMILIES]
-        if unknown:
-            raise ValueError(f"unknown log families {unknown}; one of: {', '.join(FAMILIES)}")
-        return families
 
     @field_validator("pattern")
     @classmethod
@@ -216,13 +209,13 @@ class Playbook(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    kind: str
+    kind: FaultKind
     title: str
     prior: float = Field(gt=0, le=1)
     applies: Applies
     statement: str
     checks: list[Check] = Field(min_length=2)
-    consequences: list[str] = Field(
+    consequences: list[FaultKind] = Field(
         default_factory=list, description="fault kinds this fault sets off (slow queries starve a connection pool)"
     )
     keywords: list[str] = Field(
@@ -233,9 +226,9 @@ class Playbook(BaseModel):
 
     @field_validator("kind")
     @classmethod
-    def _known_kind(cls, kind: str) -> str:
-        if kind not in FAULT_KINDS or kind == "unknown":
-            raise ValueError(f"unknown fault kind {kind!r}; one of: {', '.join(FAULT_KINDS[:-1])}")
+    def _a_known_fault(cls, kind: str) -> str:
+        if kind == "unknown":
+            raise ValueError("a playbook names the fault it proves; 'unknown' is for truths only")
         return kind
 
     @field_validator("statement")
@@ -243,14 +236,6 @@ class Playbook(BaseModel):
     def _statement_fields(cls, statement: str) -> str:
         _check_placeholders(statement)
         return statement
-
-    @field_validator("consequences")
-    @classmethod
-    def _known_consequences(cls, kinds: list[str]) -> list[str]:
-        unknown = [k for k in kinds if k not in FAULT_KINDS]
-        if unknown:
-            raise ValueError(f"unknown fault kinds {unknown}")
-        return kinds
 
     @model_validator(mode="after")
     def _unique_checks(self) -> Playbook:

@@ -7,6 +7,7 @@ in the package, so tests drive the loop without a model.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -264,13 +265,7 @@ def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypo
 
 
 def _fits(pattern: str, feature: str) -> bool:
-    import fnmatch
-
     return fnmatch.fnmatchcase(feature, pattern)
-
-
-def is_change_kind(kind: str) -> bool:
-    return kind in CHANGE_KINDS
 
 
 # ---------------------------------------------------------------- the scripted fake

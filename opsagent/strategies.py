@@ -145,7 +145,7 @@ class GreedyReact(Strategy):
             seen.append(await toolbox.call(action))
             meter.steps += 1
             meter.tokens += seen[-1].tokens
-        found = _loudness(incident, seen, topology, toolbox)
+        found = _loudness(incident, seen, topology)
         available = set(found.source_kinds)
         results: list[HypothesisResult] = []
         chased: set[str] = set()
@@ -165,7 +165,7 @@ class GreedyReact(Strategy):
         return Outcome(triage=found, results=results, proposed=proposed, lessons_used=[])
 
 
-def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge], toolbox: Toolbox) -> Triage:
+def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge]) -> Triage:
     """Rank components by the raw size of their loudest anomaly: no propagation, no explaining away.
 
     Loudness is what a greedy reader notices: a metric by how many times it moved, a log family by
