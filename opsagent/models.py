@@ -305,6 +305,8 @@ class Hypothesis(Frozen):
     why: list[str] = Field(default_factory=list)
     explains: list[str] = Field(default_factory=list, description="triage features this hypothesis accounts for")
     consequences: list[str] = Field(default_factory=list, description="fault kinds this fault sets off")
+    first_actions: list[Action] = Field(default_factory=list, description="calls lessons say to make first")
+    lesson_notes: list[str] = Field(default_factory=list, description="what retrieved lessons changed here")
 
 
 class Evidence(Frozen):
@@ -345,8 +347,10 @@ class HypothesisResult(Frozen):
 
 class LessonTrigger(Frozen):
     symptom: Symptom
-    condition: str = Field(description="the observed signal, template or condition that misled")
-    signals: list[str] = Field(default_factory=list)
+    condition: str = Field(description="the observed signal, template or condition that misled, in words")
+    signals: list[str] = Field(
+        default_factory=list, description="triage features that made the refuted hypothesis attractive"
+    )
 
 
 class Citation(Frozen):
@@ -355,6 +359,11 @@ class Citation(Frozen):
 
 
 class Lesson(Frozen):
+    """What one dead end taught: when the trigger shows, the refuted kind is less likely, and the
+    next action is the tool call to make first. ``{service}`` in the action's arguments stands for the
+    component the trigger shows on, so a lesson carries over to other services."""
+
+    id: str = ""
     trigger: LessonTrigger
     refuting_evidence: list[Citation] = Field(min_length=1)
     next_action: Action
@@ -362,6 +371,18 @@ class Lesson(Frozen):
     services: list[str]
     source_incident: str
     created_at: AwareDatetime
+    seen_in: list[str] = Field(default_factory=list, description="incidents that taught the same lesson")
+    count: int = Field(default=1, description="near-duplicates merged into this lesson")
+    times_retrieved: int = 0
+    times_helped: int = 0
+
+
+class LessonUse(Frozen):
+    """A lesson an investigation retrieved, and what it changed there."""
+
+    lesson_id: str
+    relevance: float
+    effects: list[str] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- the answer
@@ -402,6 +423,7 @@ class Report(BaseModel):
     results: list[HypothesisResult]
     suspects: list[Suspect]
     lessons: list[Lesson]
+    lessons_used: list[LessonUse] = Field(default_factory=list)
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
     budget_exhausted: str | None = Field(default=None, description="which budget stopped the investigation")
     next_steps: list[str] = Field(default_factory=list)

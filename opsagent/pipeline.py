@@ -17,6 +17,7 @@ from adapters.replay import ReplayChanges, ReplayLogs, ReplayMetrics, ReplayTrac
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
+from opsagent.lessons import retrieve
 from opsagent.logsummary import Summariser
 from opsagent.loop import Budget, Clock, Listener, Meter
 from opsagent.models import (
@@ -30,6 +31,7 @@ from opsagent.models import (
     HypothesisResult,
     Incident,
     Lesson,
+    LessonUse,
     MetricsData,
     Report,
     Suspect,
@@ -94,6 +96,8 @@ async def investigate(
     topology: list[Edge] | None = None,
     listener: Listener | None = None,
     lessons: Sequence[Lesson] = (),
+    lessons_top_k: int = 3,
+    lessons_cap: int = 5,
     clock: Clock = time.perf_counter,
     now: datetime | None = None,
     incident_id: str | None = None,
@@ -119,7 +123,12 @@ async def investigate(
     toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s)
     log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
     outcome = await chosen.run(
-        incident, reasoner=reasoner, toolbox=toolbox, meter=meter, topology=topology or [], lessons=lessons
+        incident,
+        reasoner=reasoner,
+        toolbox=toolbox,
+        meter=meter,
+        topology=topology or [],
+        recall=lambda found: retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap),
     )
     stamp = now or datetime.now(UTC)
     written = [lesson for r in outcome.results if (lesson := reasoner.reflect(incident, r, stamp))]
@@ -284,12 +293,30 @@ def conclude(
         results=outcome.results,
         suspects=ranked,
         lessons=lessons,
+        lessons_used=lesson_uses(outcome),
         unreadable_sources=dict(toolbox.unreadable),
         budget_exhausted=exhausted,
         next_steps=next_steps(top, winner, outcome, ranked),
         cost=cost,
         observations=sorted(toolbox.observations.values(), key=lambda o: o.id),
     )
+
+
+def lesson_uses(outcome: Outcome) -> list[LessonUse]:
+    """Each retrieved lesson, with what it changed: ranks lowered, calls made first, hypotheses kept out."""
+    verified = {r.hypothesis.id for r in outcome.results}
+    uses = []
+    for r in outcome.retrieved:
+        effects = []
+        for h in outcome.proposed:
+            notes = [n.split(": ", 1)[1] for n in h.lesson_notes if n.startswith(r.lesson.id + ":")]
+            effects.extend(notes)
+            if notes and any(n.startswith("lowered") for n in notes) and h.id not in verified:
+                effects.append(f"{h.kind} on {h.component} was not verified")
+        if r.component is None:
+            effects.append("retrieved for review; its trigger does not show here")
+        uses.append(LessonUse(lesson_id=r.lesson.id, relevance=r.relevance, effects=list(dict.fromkeys(effects))))
+    return uses
 
 
 def _result_for(results: list[HypothesisResult], top: Suspect | None) -> HypothesisResult | None:
@@ -394,6 +421,7 @@ async def investigate_fixture(
     clock: Clock = time.perf_counter,
     lessons: Sequence[Lesson] = (),
     listener: Listener | None = None,
+    now: datetime | None = None,
 ) -> tuple[Report, Truth | None]:
     """Replay a recorded incident. Truth is returned beside the report, never passed inward."""
     recording, truth = load(path)
@@ -408,7 +436,7 @@ async def investigate_fixture(
         budget=budget,
         topology=recording.topology,
         clock=clock,
-        now=recording.window.end,
+        now=now or recording.window.end,
         incident_id=recording.slug,
         recording=recording,
         lessons=lessons,

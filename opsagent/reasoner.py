@@ -15,16 +15,15 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from opsagent.lessons import Retrieved, concrete, from_refutation
 from opsagent.models import (
     CHANGE_KINDS,
     Action,
-    Citation,
     Evidence,
     Hypothesis,
     HypothesisResult,
     Incident,
     Lesson,
-    LessonTrigger,
     Observation,
     SourceKind,
     Step,
@@ -44,11 +43,11 @@ class Reasoner(Protocol):
     name: str
 
     def propose(
-        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Retrieved], exclude: set[str]
     ) -> list[Hypothesis]: ...
 
     def rank(
-        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
+        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Retrieved]
     ) -> list[Hypothesis]: ...
 
     async def decide(
@@ -83,7 +82,7 @@ class PlaybookReasoner:
         self.playbooks = {p.id: p for p in playbooks}
 
     def propose(
-        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Retrieved], exclude: set[str]
     ) -> list[Hypothesis]:
         suspects = [c for c in triage.components if c.score > 0 or c.component in incident.services]
         suspects = suspects[:TOP_COMPONENTS]
@@ -135,15 +134,9 @@ class PlaybookReasoner:
         return pairs
 
     def rank(
-        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
+        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Retrieved]
     ) -> list[Hypothesis]:
-        ranked = []
-        for h in candidates:
-            penalty = 1.0
-            for lesson in lessons:
-                if lesson.refuted_kind == h.kind and (not lesson.services or h.component in lesson.services):
-                    penalty *= 0.5
-            ranked.append(h.model_copy(update={"score": round(h.score * penalty, 5)}) if penalty != 1 else h)
+        ranked = [self._apply_lessons(h, incident, lessons) for h in candidates]
         ranked.sort(key=lambda h: (-h.score, h.id))
         weights = {f"{c.component}/{f}": m for c in triage.components for f, m in c.features.items()}
         ordered = diverse(ranked, weights)
@@ -151,6 +144,30 @@ class PlaybookReasoner:
         # exhausted): that mechanism is the same explanation, so rivals go before it.
         chained = {h.id for h in ordered if self._set_off_by_change(h, ordered, triage)}
         return [h for h in ordered if h.id not in chained] + [h for h in ordered if h.id in chained]
+
+    def _apply_lessons(self, h: Hypothesis, incident: Incident, lessons: Sequence[Retrieved]) -> Hypothesis:
+        """A lesson whose trigger shows on h's component lowers the kind it refuted there, and its next
+        action, when it is one of h's checks, becomes h's first call."""
+        score, first, notes = h.score, list(h.first_actions), list(h.lesson_notes)
+        planned = (
+            {action_of(c, h, incident).key() for c in self.playbooks[h.playbook or ""].checks} if h.playbook else set()
+        )
+        for r in lessons:
+            if r.component != h.component:
+                continue
+            if r.lesson.refuted_kind == h.kind:
+                score *= LESSON_PENALTY
+                notes.append(
+                    f"{r.lesson.id}: lowered {h.kind} on {h.component} x{LESSON_PENALTY:g} (refuted before under "
+                    f"{', '.join(r.lesson.trigger.signals)})"
+                )
+            action = concrete(r.lesson.next_action, h.component)
+            if action.key() in planned and all(a.key() != action.key() for a in first):
+                first.append(action)
+                notes.append(f"{r.lesson.id}: {action.key()} runs first for {h.kind} on {h.component}")
+        if not notes:
+            return h
+        return h.model_copy(update={"score": round(score, 5), "first_actions": first, "lesson_notes": notes})
 
     def _set_off_by_change(self, h: Hypothesis, ranked: list[Hypothesis], triage: Triage) -> bool:
         book = self.playbooks.get(h.playbook or "")
@@ -181,6 +198,8 @@ class PlaybookReasoner:
                     evidence.extend(self._assess(check, obs, hypothesis, incident))
         done = {s.action.key() for s in steps if s.action is not None}
         pending = [(c, a) for c, a in planned if a.key() not in done]
+        first = [a.key() for a in hypothesis.first_actions]
+        pending.sort(key=lambda ca: first.index(ca[1].key()) if ca[1].key() in first else len(first))
         if final or not pending:
             return Decision(
                 thought="No further checks: handing the evidence to the judge.", action=None, evidence=evidence
@@ -212,29 +231,19 @@ class PlaybookReasoner:
         return out
 
     def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
-        if result.verdict.status != "refuted" or not result.verdict.refuting:
-            return None
-        first = result.verdict.refuting[0]
-        step = next((s for s in result.steps if s.observation_id == first.observation_id), None)
-        if step is None or step.action is None:
-            return None
-        h = result.hypothesis
-        return Lesson(
-            trigger=LessonTrigger(
-                symptom=incident.symptom,
-                condition=h.why[0] if h.why else h.statement,
-                signals=[w for w in h.why[1:]],
-            ),
-            refuting_evidence=[
-                Citation(observation_id=e.observation_id, value=e.statement) for e in result.verdict.refuting
-            ],
-            next_action=step.action,
-            refuted_kind=h.kind,
-            services=[h.component],
-            source_incident=incident.id,
-            created_at=now,
-        )
+        return from_refutation(incident, result, now)
 
+    def first_checks(self) -> dict[str, Action]:
+        """Per fault kind, the first call its playbook makes, as a template (for lessons)."""
+        out: dict[str, Action] = {}
+        for book in self.playbooks.values():
+            check = book.checks[0]
+            out.setdefault(book.kind, Action(tool=check.tool, args={k: v for k, v in check.args.items()}))
+        return out
+
+
+#: How much a lesson lowers the kind it refuted, where its trigger shows again.
+LESSON_PENALTY = 0.5
 
 #: What a hypothesis that explains nothing the beam has not explained already is still worth.
 REDUNDANT = 0.2
@@ -288,12 +297,12 @@ class ScriptedReasoner:
     calls: int = 0
 
     def propose(
-        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Lesson], exclude: set[str]
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Retrieved], exclude: set[str]
     ) -> list[Hypothesis]:
         return [h for h in self.hypotheses if h.id not in exclude][:k]
 
     def rank(
-        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Lesson]
+        self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Retrieved]
     ) -> list[Hypothesis]:
         return sorted(candidates, key=lambda h: -h.score)
 

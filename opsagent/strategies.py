@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opsagent.errors import ConfigError
 from opsagent.fixtures import Edge
+from opsagent.lessons import Retrieved, concrete
 from opsagent.loop import Meter, verify
-from opsagent.models import CHANGE_KINDS, Action, Hypothesis, HypothesisResult, Incident, Lesson, LogsData, Observation
+from opsagent.models import CHANGE_KINDS, Action, Hypothesis, HypothesisResult, Incident, LogsData, Observation
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
 from opsagent.triage import ComponentProfile, Triage, descendants, profiles_from, triage
@@ -27,7 +28,18 @@ class Outcome:
     triage: Triage
     results: list[HypothesisResult]
     proposed: list[Hypothesis]
-    lessons_used: list[Lesson] = field(default_factory=list)
+    retrieved: list[Retrieved] = field(default_factory=list)
+
+
+Recall = Callable[[Triage], list[Retrieved]]
+
+
+def no_lessons(found: Triage) -> list[Retrieved]:
+    return []
+
+
+#: A candidate scoring below this share of the round's best waits for the next beam (pruning).
+BEAM_FLOOR = 0.2
 
 
 class Strategy:
@@ -41,7 +53,7 @@ class Strategy:
         toolbox: Toolbox,
         meter: Meter,
         topology: list[Edge],
-        lessons: Sequence[Lesson],
+        recall: Recall = no_lessons,
     ) -> Outcome:
         raise NotImplementedError
 
@@ -57,10 +69,11 @@ class Hybrid(Strategy):
         toolbox: Toolbox,
         meter: Meter,
         topology: list[Edge],
-        lessons: Sequence[Lesson],
+        recall: Recall = no_lessons,
     ) -> Outcome:
         found = await triage(toolbox, incident, topology)
         meter.tokens += sum(toolbox.observations[oid].tokens for oid in set(found.observation_ids))
+        lessons = recall(found)
         available = set(found.source_kinds)
         k, beam = meter.budget.k, meter.budget.beam
         tried: set[str] = set()
@@ -73,13 +86,15 @@ class Hybrid(Strategy):
             queue = reasoner.rank(incident, candidates, found, lessons)
             proposed.extend(queue)
             tried.update(h.id for h in queue)
+            best = max(h.score for h in queue)
             while queue and not _spent(meter, results):
                 if _proven(results):
                     # A proven mechanism (a pool exhausted) asks "why?": follow only what lies below it.
                     queue = [h for h in queue if _below_proven(h, results, found)]
                     if not queue:
                         break
-                kept, queue = queue[:beam], queue[beam:]
+                kept = queue[:1] + [h for h in queue[1:beam] if h.score >= BEAM_FLOOR * best]
+                queue = [h for h in queue if all(h.id != k.id for k in kept)]
                 batch = await asyncio.gather(
                     *(
                         verify(
@@ -91,7 +106,7 @@ class Hybrid(Strategy):
                 results.extend(batch)
             if _proven(results) and not any(_below_proven(h, results, found) for h in queue):
                 break
-        return Outcome(triage=found, results=results, proposed=proposed, lessons_used=list(lessons))
+        return Outcome(triage=found, results=results, proposed=proposed, retrieved=lessons)
 
 
 def _spent(meter: Meter, results: list[HypothesisResult]) -> bool:
@@ -132,7 +147,7 @@ class GreedyReact(Strategy):
         toolbox: Toolbox,
         meter: Meter,
         topology: list[Edge],
-        lessons: Sequence[Lesson],
+        recall: Recall = no_lessons,
     ) -> Outcome:
         svc = incident.service
         opening = [
@@ -146,12 +161,20 @@ class GreedyReact(Strategy):
             meter.steps += 1
             meter.tokens += seen[-1].tokens
         found = _loudness(incident, seen, topology)
+        lessons = recall(found)
+        avoid = {(r.lesson.refuted_kind, r.component) for r in lessons if r.applies}
+        for r in lessons:  # a lesson's next action is the first thing to look at under its trigger
+            if r.component is not None:
+                seen.append(await toolbox.call(concrete(r.lesson.next_action, r.component)))
+                meter.steps += 1
+                meter.tokens += seen[-1].tokens
+        found = _loudness(incident, seen, topology)
         available = set(found.source_kinds)
         results: list[HypothesisResult] = []
         chased: set[str] = set()
         proposed: list[Hypothesis] = []
         while not meter.exhausted(0):
-            loudest = _next_loudest(found, reasoner, incident, chased)
+            loudest = _next_loudest(found, reasoner, incident, chased, avoid)
             if loudest is None:
                 break
             chased.add(loudest.id)
@@ -162,7 +185,7 @@ class GreedyReact(Strategy):
             results.append(result)
             if result.verdict.status in ("confirmed", "probable") or result.stop_reason.startswith("budget"):
                 break
-        return Outcome(triage=found, results=results, proposed=proposed, lessons_used=[])
+        return Outcome(triage=found, results=results, proposed=proposed, retrieved=lessons)
 
 
 def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge]) -> Triage:
@@ -196,8 +219,10 @@ def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge])
     return Triage(graph=topology, components=components, observation_ids=[o.id for o in seen], source_kinds=kinds)
 
 
-def _next_loudest(found: Triage, reasoner: Reasoner, incident: Incident, chased: set[str]) -> Hypothesis | None:
-    """The hypothesis behind the single loudest feature not yet chased."""
+def _next_loudest(
+    found: Triage, reasoner: Reasoner, incident: Incident, chased: set[str], avoid: set[tuple[str, str | None]]
+) -> Hypothesis | None:
+    """The hypothesis behind the single loudest feature not yet chased, skipping dead ends lessons know."""
     features = sorted(
         ((mag, comp.component, feat) for comp in found.components for feat, mag in comp.features.items()),
         key=lambda x: (-x[0], x[1], x[2]),
@@ -211,9 +236,10 @@ def _next_loudest(found: Triage, reasoner: Reasoner, incident: Incident, chased:
             continue
         single = comp.model_copy(update={"features": {feature: comp.features[feature]}, "score": 1.0})
         narrow = Triage(graph=found.graph, components=[single], observation_ids=[], source_kinds=found.source_kinds)
-        options = reasoner.propose(incident, narrow, k=1, lessons=[], exclude=chased)
-        if options:
-            return options[0]
+        options = reasoner.propose(incident, narrow, k=3, lessons=[], exclude=chased)
+        for option in options:
+            if (option.kind, option.component) not in avoid:
+                return option
     return None
 
 

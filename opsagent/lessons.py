@@ -1,0 +1,247 @@
+"""Lessons (Reflexion): written from dead ends, retrieved by relevance, acting on the next investigation.
+
+A lesson is only kept when it is concrete: a refuting observation cited with its value, and a next
+action that is a valid call of a read-only tool. ``{service}`` in the action stands for the
+component the trigger shows on, so what order-service taught applies to payment-service too.
+
+Evaluators, most reliable first: the recorded truth (replay), the engineer's verdict (feedback),
+and rule checks on a live report (:func:`rule_check`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from opsagent.fixtures import Truth
+from opsagent.models import (
+    Action,
+    ArgValue,
+    Citation,
+    HypothesisResult,
+    Incident,
+    Lesson,
+    LessonTrigger,
+    Report,
+)
+from opsagent.tools import TOOLS
+from opsagent.triage import ComponentProfile, Triage
+
+PLACEHOLDER = "{service}"
+
+
+def lesson_id(refuted_kind: str, signals: Sequence[str], action: Action) -> str:
+    """Near-duplicates share an id: the same dead end, under the same trigger, with the same remedy."""
+    basis = f"{refuted_kind}|{','.join(sorted(signals))}|{action.key()}"
+    return "L-" + hashlib.sha1(basis.encode()).hexdigest()[:8]
+
+
+def templated(action: Action, component: str) -> Action:
+    args = {k: PLACEHOLDER if v == component else v for k, v in action.args.items()}
+    return Action(tool=action.tool, args=args)
+
+
+def concrete(action: Action, component: str) -> Action:
+    args: dict[str, ArgValue] = {
+        k: v.replace(PLACEHOLDER, component) if isinstance(v, str) else v for k, v in action.args.items()
+    }
+    return Action(tool=action.tool, args=args)
+
+
+def problems(lesson: Lesson) -> list[str]:
+    """Why a lesson cannot be kept; empty when it can."""
+    out = []
+    spec = TOOLS.get(lesson.next_action.tool)
+    if spec is None:
+        out.append(f"next action {lesson.next_action.tool!r} is not a tool (one of: {', '.join(TOOLS)})")
+    else:
+        try:
+            spec.args.model_validate(concrete(lesson.next_action, "example-service").args)
+        except ValidationError as exc:
+            out.append(f"next action arguments are not a concrete {spec.usage()} call: {exc.errors()[0]['msg']}")
+    if not lesson.refuting_evidence:
+        out.append("no refuting evidence cited")
+    if not lesson.trigger.signals and not lesson.trigger.condition.strip():
+        out.append("no trigger")
+    return out
+
+
+def finalised(lesson: Lesson) -> Lesson:
+    return lesson.model_copy(update={"id": lesson_id(lesson.refuted_kind, lesson.trigger.signals, lesson.next_action)})
+
+
+def _signals(result: HypothesisResult) -> list[str]:
+    prefix = result.hypothesis.component + "/"
+    return sorted({f.removeprefix(prefix) for f in result.hypothesis.explains if f.startswith(prefix)})
+
+
+def from_refutation(
+    incident: Incident, result: HypothesisResult, now: datetime, *, next_action: Action | None = None
+) -> Lesson | None:
+    """A refuted hypothesis as a lesson; its next action is the refuting call unless a better one is known."""
+    if result.verdict.status != "refuted" or not result.verdict.refuting:
+        return None
+    first = result.verdict.refuting[0]
+    step = next((s for s in result.steps if s.observation_id == first.observation_id), None)
+    action = next_action or (step.action if step else None)
+    if action is None:
+        return None
+    h = result.hypothesis
+    signals = _signals(result)
+    lesson = Lesson(
+        trigger=LessonTrigger(
+            symptom=incident.symptom,
+            condition=f"{', '.join(signals) or (h.why[0] if h.why else h.statement)} on {h.component}",
+            signals=signals,
+        ),
+        refuting_evidence=[
+            Citation(observation_id=e.observation_id, value=e.statement) for e in result.verdict.refuting
+        ],
+        next_action=templated(action, h.component),
+        refuted_kind=h.kind,
+        services=[h.component],
+        source_incident=incident.id,
+        created_at=now,
+    )
+    return finalised(lesson)
+
+
+def from_truth(report: Report, truth: Truth, now: datetime, *, first_checks: Mapping[str, Action]) -> list[Lesson]:
+    """What a replayed incident teaches, checked against its recorded truth.
+
+    The next action is what found the truth (the first call of the hypothesis that matched it), so
+    the next investigation under the same trigger starts where this one should have."""
+    found = next(
+        (r for r in report.results if (r.hypothesis.component, r.hypothesis.kind) == (truth.service, truth.kind)),
+        None,
+    )
+    remedy = found.steps[0].action if found is not None and found.steps else None
+    if remedy is None and truth.kind in first_checks:
+        remedy = concrete(first_checks[truth.kind], truth.service)
+    out: list[Lesson] = []
+    for r in report.results:
+        if (r.hypothesis.component, r.hypothesis.kind) == (truth.service, truth.kind):
+            continue
+        if r.verdict.status == "refuted":
+            lesson = from_refutation(report.incident, r, now, next_action=remedy)
+        elif (
+            r.verdict.status in ("confirmed", "probable")
+            and report.root_cause is not None
+            and (
+                report.root_cause.component,
+                report.root_cause.kind,
+            )
+            == (r.hypothesis.component, r.hypothesis.kind)
+        ):
+            lesson = _wrong_conclusion(report, r, truth, now, remedy)
+        else:
+            lesson = None
+        if lesson is not None and not problems(lesson):
+            out.append(lesson)
+    return out
+
+
+def _wrong_conclusion(
+    report: Report, r: HypothesisResult, truth: Truth, now: datetime, remedy: Action | None
+) -> Lesson | None:
+    """A confirmed conclusion the truth contradicts: the evidence that misled is cited against it."""
+    if remedy is None or not r.verdict.supporting:
+        return None
+    h = r.hypothesis
+    citations = [
+        Citation(
+            observation_id=e.observation_id, value=f"{e.statement} — yet the cause was {truth.kind} on {truth.service}"
+        )
+        for e in r.verdict.supporting
+    ]
+    signals = _signals(r)
+    return finalised(
+        Lesson(
+            trigger=LessonTrigger(
+                symptom=report.incident.symptom, condition=f"{', '.join(signals)} on {h.component}", signals=signals
+            ),
+            refuting_evidence=citations,
+            next_action=templated(remedy, h.component),
+            refuted_kind=h.kind,
+            services=[h.component],
+            source_incident=report.incident.id,
+            created_at=now,
+        )
+    )
+
+
+# ---------------------------------------------------------------- retrieval
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    lesson: Lesson
+    relevance: float
+    component: str | None = None  # where its trigger shows, if it does
+
+    @property
+    def applies(self) -> bool:
+        return self.component is not None
+
+
+def trigger_present(lesson: Lesson, profile: ComponentProfile) -> bool:
+    return bool(lesson.trigger.signals) and all(s in profile.features for s in lesson.trigger.signals)
+
+
+def relevance(lesson: Lesson, incident: Incident, profile: ComponentProfile) -> float:
+    signals = lesson.trigger.signals
+    if not signals:
+        return 0.0
+    overlap = sum(1 for s in signals if s in profile.features) / len(signals)
+    same_service = 0.25 if profile.component in lesson.services else 0.0
+    same_symptom = 0.15 if lesson.trigger.symptom == incident.symptom else 0.0
+    return round(overlap + (same_service + same_symptom) * overlap, 4)
+
+
+def retrieve(
+    lessons: Sequence[Lesson], incident: Incident, triage: Triage, *, top_k: int = 3, cap: int = 5
+) -> list[Retrieved]:
+    """Top-k lessons by relevance to this incident's triage, plus the most recent, at most ``cap``."""
+    if not lessons or cap == 0:
+        return []
+    suspects = triage.components[:8]
+    scored: list[Retrieved] = []
+    for lesson in lessons:
+        best = max(((relevance(lesson, incident, p), p) for p in suspects), key=lambda x: x[0], default=(0.0, None))
+        score, profile = best
+        where = profile.component if profile is not None and trigger_present(lesson, profile) else None
+        scored.append(Retrieved(lesson=lesson, relevance=score, component=where))
+    relevant = sorted((r for r in scored if r.relevance > 0), key=lambda r: (-r.relevance, r.lesson.id))[:top_k]
+    recent = sorted(scored, key=lambda r: (r.lesson.created_at, r.lesson.id), reverse=True)
+    chosen = {r.lesson.id: r for r in relevant}
+    for r in recent:
+        if len(chosen) >= cap:
+            break
+        chosen.setdefault(r.lesson.id, r)
+    return sorted(chosen.values(), key=lambda r: (-r.relevance, r.lesson.id))
+
+
+# ---------------------------------------------------------------- live evaluation
+
+
+def rule_check(report: Report) -> list[str]:
+    """Why a live conclusion is not to be trusted for learning; empty when it passes.
+
+    The cited evidence must exist, and the conclusion must name a signal, a time and a causal chain."""
+    issues = []
+    observed = {o.id for o in report.observations}
+    missing = [e.observation_id for e in report.evidence if e.observation_id not in observed]
+    if missing:
+        issues.append(f"cites observations that do not exist: {', '.join(missing)}")
+    if report.root_cause is not None:
+        if not any(e.source.value == "metrics" for e in report.evidence) and not report.evidence:
+            issues.append("names no signal")
+        if not any(t.kind in ("change", "symptom") for t in report.timeline):
+            issues.append("names no time before the onset or symptom")
+        if len({e.source for e in report.evidence}) < 2 and report.status == "confirmed":
+            issues.append("no causal chain across two kinds of evidence")
+    return issues
