@@ -17,7 +17,7 @@ setup: $(STAMP)
 
 ## The embedded default: replay a recorded incident with the playbook reasoner, no servers.
 demo: $(STAMP)
-	$(VENV)/bin/opsagent investigate $(INCIDENT) --no-live
+	$(VENV)/bin/opsagent investigate $(INCIDENT) --no-live --no-lessons
 
 ## Debian's Prometheus and Alertmanager, for the tests that run real servers.
 system-deps:

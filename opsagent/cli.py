@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shlex
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -24,13 +29,18 @@ from rich.table import Table
 from opsagent.catalog import default_catalog
 from opsagent.errors import AlertError, Problem, UserError
 from opsagent.fixtures import validate, write_json_schemas
+from opsagent.lessons import finalised as lesson_finalised
+from opsagent.lessons import from_feedback, rule_check
+from opsagent.lessons import problems as lesson_problems
 from opsagent.logconfig import configure
 from opsagent.loop import Budget
-from opsagent.models import Alert, Report
+from opsagent.models import Alert, Lesson, Report
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.report import render, to_json, to_markdown
 from opsagent.scoreboard import IncidentScore, Scoreboard, replay
+from opsagent.settings import Settings, load_settings
+from opsagent.store import Store, StoreError
 from opsagent.strategies import STRATEGIES, strategy
 from opsagent.tools import Sources
 
@@ -43,6 +53,8 @@ fixtures_app = typer.Typer(help="Recorded incidents: validate, schema.", no_args
 playbooks_app = typer.Typer(help="Playbooks: check.", no_args_is_help=True)
 app.add_typer(fixtures_app, name="fixtures")
 app.add_typer(playbooks_app, name="playbooks")
+lessons_app = typer.Typer(help="Lessons: list, show, edit, rm, export, import.", no_args_is_help=True)
+app.add_typer(lessons_app, name="lessons")
 
 console = Console()
 err = Console(stderr=True)
@@ -146,9 +158,15 @@ def investigate_cmd(
     markdown: Annotated[Path | None, typer.Option("--markdown", help="also write a Markdown report here")] = None,
     playbooks: PlaybooksOpt = None,
     live: Annotated[bool, typer.Option("--live/--no-live", help="show hypotheses as they are verified")] = True,
+    use_lessons: Annotated[
+        bool, typer.Option("--lessons/--no-lessons", help="retrieve lessons, record this investigation")
+    ] = True,
 ) -> None:
     """Investigate one incident and print the root cause, its evidence and what was ruled out."""
     budget = _budget(k, beam, max_steps, token_budget, wall_s, timeout_s)
+    settings = _settings()
+    store = _open_store_or_warn(settings) if use_lessons else None
+    lessons = store.lessons() if store is not None else []
 
     async def go() -> Report:
         strategy(strategy_name)  # fail fast on a bad name
@@ -160,7 +178,13 @@ def investigate_cmd(
         try:
             if target.is_dir():
                 report, _ = await investigate_fixture(
-                    target, playbooks=books, strategy_name=strategy_name, budget=budget, listener=listener
+                    target,
+                    playbooks=books,
+                    strategy_name=strategy_name,
+                    budget=budget,
+                    listener=listener,
+                    lessons=lessons,
+                    now=datetime.now(UTC),
                 )
                 return report
             alert = _load_alert(target)
@@ -172,6 +196,9 @@ def investigate_cmd(
                 strategy_name=strategy_name,
                 budget=budget,
                 listener=listener,
+                lessons=lessons,
+                lessons_top_k=settings.lessons_top_k,
+                lessons_cap=settings.lessons_recent,
             )
         finally:
             if view is not None:
@@ -180,7 +207,60 @@ def investigate_cmd(
     if not target.exists():
         err.print(f"[bold red]error:[/] {target}: no such file or directory")
         raise typer.Exit(2)
-    _emit(_run(go), as_json, markdown)
+    report = _run(go)
+    if store is not None:
+        _remember(store, report)
+    _emit(report, as_json, markdown)
+
+
+def _wide() -> Console:
+    """Tables piped to a file or another program are not folded to 80 columns."""
+    return console if console.is_terminal else Console(width=200)
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _open_store_or_warn(settings: Settings) -> Store | None:
+    """The investigation matters more than its lessons: a broken store is said, not fatal."""
+    try:
+        return Store(settings.database)
+    except StoreError as exc:
+        err.print(f"[yellow]warning:[/] lessons off for this run: {escape(str(exc))}", soft_wrap=True)
+        return None
+
+
+def _remember(store: Store, report: Report) -> None:
+    try:
+        store.save_investigation(report)
+        store.count_use([u.lesson_id for u in report.lessons_used])
+        issues = rule_check(report)
+        if issues:
+            err.print(f"no lessons written: the conclusion fails rule checks ({'; '.join(issues)})", soft_wrap=True)
+            return
+        merged = sum(store.upsert_lesson(le)[1] for le in report.lessons)
+        if report.lessons:
+            err.print(
+                f"{len(report.lessons)} lesson(s) recorded ({merged} merged into existing ones); "
+                f"review with `opsagent lessons list`",
+                soft_wrap=True,
+            )
+    except StoreError as exc:
+        err.print(f"[yellow]warning:[/] not recorded: {escape(str(exc))}", soft_wrap=True)
+
+
+def _store(settings: Settings | None = None) -> Store:
+    settings = settings or _settings()
+    try:
+        return Store(settings.database)
+    except StoreError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _scoreboard_table(board: Scoreboard) -> Table:
@@ -230,15 +310,34 @@ def replay_cmd(
     strategy_name: StrategyOpt = "hybrid",
     as_json: Annotated[bool, typer.Option("--json", help="print the scoreboard as JSON")] = False,
     playbooks: PlaybooksOpt = None,
+    lessons_mode: Annotated[
+        str, typer.Option("--lessons", help="on: investigations retrieve stored lessons; off: they do not")
+    ] = "off",
+    learn: Annotated[
+        bool, typer.Option("--learn", help="store the lessons each incident teaches (vs its truth)")
+    ] = False,
 ) -> None:
     """Replay recorded incidents and print a scoreboard (AC@1, AC@3, Avg@5, kind accuracy)."""
+    if lessons_mode not in ("on", "off"):
+        err.print(f"[bold red]error:[/] --lessons takes on or off, not {lessons_mode!r}")
+        raise typer.Exit(2)
+    store = _store() if learn or lessons_mode == "on" else None
 
     async def go() -> Scoreboard:
         strategy(strategy_name)
         books = load_default_playbooks(playbooks)
-        return await replay(directory, strategy_name=strategy_name, playbooks=books)
+        return await replay(
+            directory,
+            strategy_name=strategy_name,
+            playbooks=books,
+            memory=store,
+            use_lessons=lessons_mode == "on",
+            learn=learn,
+        )
 
     board = _run(go)
+    if learn and store is not None:
+        err.print(f"{len(store.lessons())} lesson(s) in {store.path}", soft_wrap=True)
     if as_json:
         payload: dict[str, Any] = {
             "strategy": board.strategy,
@@ -251,7 +350,7 @@ def replay_cmd(
         }
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
-    wide = console if console.is_terminal else Console(width=200)
+    wide = _wide()
     wide.print(_scoreboard_table(board))
     wide.print(summary_line(board))
 
@@ -298,6 +397,192 @@ def playbooks_check(directory: PlaybooksOpt = None) -> None:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     console.print(f"{len(books)} playbook(s) valid: {', '.join(sorted(b.id for b in books))}")
+
+
+# ---------------------------------------------------------------- lessons and feedback
+
+
+def _lesson_yaml(lesson: Lesson) -> str:
+    return yaml.safe_dump(lesson.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+@lessons_app.command(name="list")
+def lessons_list() -> None:
+    """Every stored lesson, most recent first."""
+    with _store() as store:
+        lessons = store.lessons()
+    table = Table(title=f"{len(lessons)} lesson(s)")
+    for col in ("id", "refuted kind", "trigger", "next action", "seen", "retrieved", "helped"):
+        table.add_column(col, overflow="fold")
+    for le in lessons:
+        table.add_row(
+            le.id,
+            le.refuted_kind,
+            ", ".join(le.trigger.signals) or le.trigger.condition,
+            le.next_action.key(),
+            str(le.count),
+            str(le.times_retrieved),
+            str(le.times_helped),
+        )
+    _wide().print(table)
+
+
+@lessons_app.command(name="show")
+def lessons_show(lesson_id: str) -> None:
+    """One lesson in full, as YAML."""
+    with _store() as store:
+        sys.stdout.write(_lesson_yaml(_get(store, lesson_id)))
+
+
+def _get(store: Store, lesson_id: str) -> Lesson:
+    try:
+        return store.lesson(lesson_id)
+    except StoreError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _edit(text: str) -> str | None:
+    """Open text in $VISUAL or $EDITOR; the edited text, or None when left unchanged."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as fh:
+        fh.write(text)
+        path = Path(fh.name)
+    try:
+        if subprocess.call([*shlex.split(editor), str(path)]) != 0:
+            err.print(f"[bold red]error:[/] the editor ({editor}) failed; nothing saved")
+            raise typer.Exit(2)
+        edited = path.read_text(encoding="utf-8")
+    finally:
+        path.unlink(missing_ok=True)
+    return None if edited == text else edited
+
+
+@lessons_app.command(name="edit")
+def lessons_edit(lesson_id: str) -> None:
+    """Edit a lesson in $EDITOR (YAML); it is validated before it replaces the stored one."""
+    with _store() as store:
+        lesson = _get(store, lesson_id)
+        edited = _edit(_lesson_yaml(lesson))
+        if edited is None:
+            console.print("unchanged")
+            return
+        try:
+            new = Lesson.model_validate(yaml.safe_load(edited)).model_copy(update={"id": lesson.id})
+        except (yaml.YAMLError, ValidationError) as exc:
+            err.print(f"[bold red]error:[/] not saved, the edit does not validate: {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        issues = lesson_problems(new)
+        if issues:
+            err.print(f"[bold red]error:[/] not saved: {'; '.join(issues)}", soft_wrap=True)
+            raise typer.Exit(2)
+        store.replace_lesson(new)
+    console.print(f"saved {lesson_id}")
+
+
+@lessons_app.command(name="rm")
+def lessons_rm(lesson_ids: list[str]) -> None:
+    """Delete lessons."""
+    with _store() as store:
+        for lesson_id in lesson_ids:
+            _get(store, lesson_id)
+            store.delete_lesson(lesson_id)
+            console.print(f"deleted {lesson_id}")
+
+
+@lessons_app.command(name="export")
+def lessons_export(
+    out: Annotated[Path | None, typer.Option("--out", help="file to write; standard output without it")] = None,
+) -> None:
+    """Every lesson as one YAML document, for review in git."""
+    with _store() as store:
+        text = yaml.safe_dump(
+            [le.model_dump(mode="json") for le in store.lessons()], sort_keys=False, allow_unicode=True
+        )
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        console.print(f"wrote {out}")
+
+
+@lessons_app.command(name="import")
+def lessons_import(path: Path) -> None:
+    """Import lessons from a YAML export; each bad entry is rejected with its reason, the rest imported."""
+    try:
+        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        err.print(f"[bold red]error:[/] {path}: cannot read: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    if not isinstance(entries, list):
+        err.print(f"[bold red]error:[/] {path}: expected a list of lessons (as `opsagent lessons export` writes)")
+        raise typer.Exit(2)
+    imported = rejected = 0
+    with _store() as store:
+        for index, entry in enumerate(entries, start=1):
+            try:
+                lesson = Lesson.model_validate(entry)
+            except ValidationError as exc:
+                where = ", ".join(".".join(map(str, e["loc"])) + ": " + e["msg"] for e in exc.errors())
+                err.print(f"entry {index}: rejected ({where})", soft_wrap=True, markup=False)
+                rejected += 1
+                continue
+            issues = lesson_problems(lesson)
+            if issues:
+                err.print(f"entry {index}: rejected ({'; '.join(issues)})", soft_wrap=True, markup=False)
+                rejected += 1
+                continue
+            store.upsert_lesson(lesson_finalised(lesson))
+            imported += 1
+    console.print(f"imported {imported}, rejected {rejected}")
+    if rejected:
+        raise typer.Exit(1)
+
+
+@app.command(name="feedback")
+def feedback_cmd(
+    incident_id: str,
+    correct: Annotated[bool, typer.Option("--correct", help="the conclusion was right")] = False,
+    wrong: Annotated[bool, typer.Option("--wrong", help="the conclusion was wrong")] = False,
+    root_cause: Annotated[
+        str | None,
+        typer.Option("--root-cause", help='what it really was: "service/kind", e.g. "stripe-api/downstream_latency"'),
+    ] = None,
+    playbooks: PlaybooksOpt = None,
+) -> None:
+    """The engineer's verdict on an investigation: it counts for the lessons it used, and a wrong
+    conclusion with a named root cause becomes a lesson."""
+    if correct == wrong:
+        err.print("[bold red]error:[/] say --correct or --wrong")
+        raise typer.Exit(2)
+    with _store() as store:
+        try:
+            record = store.investigation(incident_id)
+            store.record_feedback(incident_id, correct=correct, root_cause=root_cause)
+        except StoreError as exc:
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        if correct:
+            store.count_use(record.lessons_used, helped=True)
+            console.print(f"recorded: {incident_id} was right")
+            return
+        console.print(f"recorded: {incident_id} was wrong")
+        if root_cause is None:
+            return
+        first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
+        try:
+            lesson = from_feedback(store.report(incident_id), root_cause, datetime.now(UTC), first_checks=first_checks)
+        except ValueError as exc:
+            err.print(f"no lesson written: {escape(str(exc))}", soft_wrap=True)
+            return
+        if lesson is None:
+            err.print("no lesson written: the report has no conclusion to correct", soft_wrap=True)
+            return
+        store.upsert_lesson(lesson)
+        console.print(
+            f"lesson {lesson.id}: {lesson.refuted_kind} under {', '.join(lesson.trigger.signals)} "
+            f"-> first {lesson.next_action.key()}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -171,6 +172,80 @@ def _wrong_conclusion(
             source_incident=report.incident.id,
             created_at=now,
         )
+    )
+
+
+def from_feedback(
+    report: Report, root_cause: str, now: datetime, *, first_checks: Mapping[str, Action]
+) -> Lesson | None:
+    """An engineer's "wrong, it was SERVICE/KIND" as a lesson against the conclusion that misled."""
+    service, _, kind = root_cause.replace(" ", "/").partition("/")
+    if not service or kind not in first_checks:
+        known = ", ".join(sorted(first_checks))
+        raise ValueError(f'--root-cause must read "service/kind" with a kind a playbook knows ({known})')
+    winner = next(
+        (
+            r
+            for r in report.results
+            if report.root_cause is not None
+            and (r.hypothesis.component, r.hypothesis.kind) == (report.root_cause.component, report.root_cause.kind)
+        ),
+        None,
+    )
+    if winner is None:
+        return None
+    truth = Truth(service=service, kind=kind, summary="the on-call engineer's verdict")
+    return _wrong_conclusion(report, winner, truth, now, concrete(first_checks[kind], service))
+
+
+# ---------------------------------------------------------------- memory
+
+
+class LessonMemory(Protocol):
+    """Where lessons live: the SQLite :class:`~opsagent.store.Store`, or memory for experiments."""
+
+    def lessons(self) -> list[Lesson]: ...
+
+    def upsert_lesson(self, lesson: Lesson) -> tuple[Lesson, bool]: ...
+
+    def count_use(self, lesson_ids: list[str], *, helped: bool = False) -> None: ...
+
+
+class InMemoryLessons:
+    def __init__(self, lessons: Sequence[Lesson] = ()) -> None:
+        self._by_id: dict[str, Lesson] = {}
+        for lesson in lessons:
+            self.upsert_lesson(lesson)
+
+    def lessons(self) -> list[Lesson]:
+        return sorted(self._by_id.values(), key=lambda le: (le.created_at, le.id), reverse=True)
+
+    def upsert_lesson(self, lesson: Lesson) -> tuple[Lesson, bool]:
+        stored = self._by_id.get(lesson.id)
+        merged = lesson if stored is None else merge(stored, lesson)
+        self._by_id[lesson.id] = merged
+        return merged, stored is not None
+
+    def count_use(self, lesson_ids: list[str], *, helped: bool = False) -> None:
+        field = "times_helped" if helped else "times_retrieved"
+        for lid in lesson_ids:
+            if lid in self._by_id:
+                le = self._by_id[lid]
+                self._by_id[lid] = le.model_copy(update={field: getattr(le, field) + 1})
+
+
+def merge(stored: Lesson, new: Lesson) -> Lesson:
+    """One lesson out of two near-duplicates: counts add up, where it was seen accumulates."""
+    seen = list(dict.fromkeys([*stored.seen_in, stored.source_incident, *new.seen_in, new.source_incident]))
+    both = [*new.refuting_evidence, *stored.refuting_evidence]
+    citations = list({c.observation_id + c.value: c for c in both}.values())
+    return stored.model_copy(
+        update={
+            "count": stored.count + new.count,
+            "seen_in": seen,
+            "services": sorted({*stored.services, *new.services}),
+            "refuting_evidence": citations[:5],
+        }
     )
 
 

@@ -382,6 +382,7 @@ class LessonUse(Frozen):
 
     lesson_id: str
     relevance: float
+    acted: bool = Field(default=False, description="its trigger showed and it changed the investigation")
     effects: list[str] = Field(default_factory=list)
 
 

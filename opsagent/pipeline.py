@@ -313,9 +313,12 @@ def lesson_uses(outcome: Outcome) -> list[LessonUse]:
             effects.extend(notes)
             if notes and any(n.startswith("lowered") for n in notes) and h.id not in verified:
                 effects.append(f"{h.kind} on {h.component} was not verified")
+        acted = bool(effects)
         if r.component is None:
             effects.append("retrieved for review; its trigger does not show here")
-        uses.append(LessonUse(lesson_id=r.lesson.id, relevance=r.relevance, effects=list(dict.fromkeys(effects))))
+        uses.append(
+            LessonUse(lesson_id=r.lesson.id, relevance=r.relevance, acted=acted, effects=list(dict.fromkeys(effects)))
+        )
     return uses
 
 

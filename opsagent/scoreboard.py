@@ -16,10 +16,12 @@ from pydantic import BaseModel
 
 from opsagent.errors import FixtureError, Problem
 from opsagent.fixtures import Truth
+from opsagent.lessons import LessonMemory, from_truth
 from opsagent.loop import Budget
-from opsagent.models import Lesson, Report
-from opsagent.pipeline import investigate_fixture
+from opsagent.models import Report
+from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.playbooks import Playbook
+from opsagent.reasoner import PlaybookReasoner
 
 
 class IncidentScore(BaseModel):
@@ -117,14 +119,22 @@ async def replay(
     strategy_name: str = "hybrid",
     playbooks: Sequence[Playbook] | None = None,
     budget: Budget | None = None,
-    lessons: Sequence[Lesson] = (),
+    memory: LessonMemory | None = None,
+    use_lessons: bool = False,
+    learn: bool = False,
     on_report: Callable[[str, Report, IncidentScore], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    dirs: Sequence[Path] | None = None,
 ) -> Scoreboard:
+    """Replay recorded incidents; with ``learn``, write what each teaches (checked against its truth)
+    into ``memory`` before the next one; with ``use_lessons``, investigations retrieve from it."""
+    books = list(playbooks) if playbooks is not None else load_default_playbooks()
+    first_checks = PlaybookReasoner(books).first_checks()
     scores = []
-    for directory in fixture_dirs(root):
+    for directory in dirs if dirs is not None else fixture_dirs(root):
+        lessons = memory.lessons() if memory is not None and use_lessons else []
         report, truth = await investigate_fixture(
-            directory, playbooks=playbooks, strategy_name=strategy_name, budget=budget, clock=clock, lessons=lessons
+            directory, playbooks=books, strategy_name=strategy_name, budget=budget, clock=clock, lessons=lessons
         )
         if truth is None:
             raise FixtureError(
@@ -132,6 +142,15 @@ async def replay(
             )
         result = score(directory.name, report, truth)
         scores.append(result)
+        if memory is not None:
+            acted = [u.lesson_id for u in report.lessons_used if u.acted]
+            memory.count_use([u.lesson_id for u in report.lessons_used])
+            if result.verdict_ok and acted:
+                memory.count_use(acted, helped=True)
+            if learn:
+                stamp = report.incident.window.end
+                for lesson in from_truth(report, truth, stamp, first_checks=first_checks):
+                    memory.upsert_lesson(lesson)
         if on_report is not None:
             on_report(directory.name, report, result)
     return Scoreboard(strategy=strategy_name, scores=scores)

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from opsagent.errors import UserError
+from opsagent.lessons import merge
 from opsagent.models import Lesson, Report
 
 MIGRATIONS: tuple[str, ...] = (
@@ -255,19 +256,3 @@ class Store:
             ).rowcount
         if not found:
             raise StoreError(f"no investigation {incident_id}", path=self.path)
-
-
-def merge(stored: Lesson, new: Lesson) -> Lesson:
-    """One lesson out of two near-duplicates: counts add up, where it was seen accumulates."""
-    seen = list(dict.fromkeys([*stored.seen_in, stored.source_incident, *new.seen_in, new.source_incident]))
-    citations = list(
-        {c.observation_id + c.value: c for c in [*new.refuting_evidence, *stored.refuting_evidence]}.values()
-    )
-    return stored.model_copy(
-        update={
-            "count": stored.count + new.count,
-            "seen_in": seen,
-            "services": sorted({*stored.services, *new.services}),
-            "refuting_evidence": citations[:5],
-        }
-    )

@@ -23,6 +23,15 @@ def _loopback_only(self: socket.socket, address: object) -> object:
 
 
 @pytest.fixture(autouse=True)
+def private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own store: nothing reads or writes the user's data directory."""
+    data = tmp_path / "opsagent-data"
+    monkeypatch.setenv("OPSAGENT_DATA_DIR", str(data))
+    monkeypatch.delenv("OPSAGENT_CONFIG", raising=False)
+    return data
+
+
+@pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
     yield

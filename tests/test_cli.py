@@ -85,3 +85,87 @@ def test_replay_prints_a_scoreboard_as_json() -> None:
     assert result.exit_code == 0, result.output
     board = json.loads(result.stdout)
     assert board["ac1"] == 1.0 and board["incidents"][0]["hit1"] is True
+
+
+# ---------------------------------------------------------------- lessons and feedback
+
+
+def _learn() -> None:
+    result = runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--learn"])
+    assert result.exit_code == 0, result.output
+
+
+def test_replay_learn_then_lessons_on_uses_them() -> None:
+    _learn()
+    listed = runner.invoke(app, ["lessons", "list"])
+    assert listed.exit_code == 0 and "db_pool_exhaustion" in listed.output
+    result = runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--lessons", "on", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["incidents"][0]["steps"] == 2
+    bad = runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--lessons", "maybe"])
+    assert bad.exit_code == 2 and "on or off" in bad.output
+
+
+def test_lessons_export_import_round_trip_rejects_bad_entries(tmp_path: Path) -> None:
+    _learn()
+    out = tmp_path / "lessons.yaml"
+    assert runner.invoke(app, ["lessons", "export", "--out", str(out)]).exit_code == 0
+    entries = yaml.safe_load(out.read_text())
+    good = entries[0]
+    no_evidence = dict(good, refuting_evidence=[])
+    no_action = dict(good, next_action={"tool": "pray", "args": {}})
+    out.write_text(yaml.safe_dump([no_evidence, good, no_action]))
+    result = runner.invoke(app, ["lessons", "import", str(out)])
+    assert result.exit_code == 1
+    assert "entry 1: rejected" in result.output and "refuting_evidence" in result.output
+    assert "entry 3: rejected" in result.output and "not a tool" in result.output
+    assert "imported 1, rejected 2" in result.output
+
+
+def test_lessons_show_edit_rm(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _learn()
+    lesson_id = yaml.safe_load(runner.invoke(app, ["lessons", "export"]).stdout)[0]["id"]
+    shown = runner.invoke(app, ["lessons", "show", lesson_id])
+    assert shown.exit_code == 0 and "next_action" in shown.output
+    editor = tmp_path / "editor.sh"
+    editor.write_text("#!/bin/sh\nsed -i 's/condition: .*/condition: reviewed by the team/' \"$1\"\n")
+    editor.chmod(0o755)
+    monkeypatch.setenv("EDITOR", str(editor))
+    edited = runner.invoke(app, ["lessons", "edit", lesson_id])
+    assert edited.exit_code == 0, edited.output
+    assert "reviewed by the team" in runner.invoke(app, ["lessons", "show", lesson_id]).output
+    breaker = tmp_path / "break.sh"
+    breaker.write_text("#!/bin/sh\nsed -i 's/tool: .*/tool: rm.rf/' \"$1\"\n")
+    breaker.chmod(0o755)
+    monkeypatch.setenv("EDITOR", str(breaker))
+    refused = runner.invoke(app, ["lessons", "edit", lesson_id])
+    assert refused.exit_code == 2 and "not saved" in refused.output
+    assert runner.invoke(app, ["lessons", "rm", lesson_id]).exit_code == 0
+    missing = runner.invoke(app, ["lessons", "show", lesson_id])
+    assert missing.exit_code == 2 and f"no lesson {lesson_id}" in missing.output
+
+
+def test_feedback_wrong_with_a_root_cause_writes_a_lesson() -> None:
+    result = runner.invoke(app, ["investigate", str(ORDER_INCIDENT), "--json", "--max-steps", "6"])
+    assert result.exit_code == 0, result.output
+    incident_id = json.loads(result.stdout)["incident"]["id"]
+    right = runner.invoke(app, ["feedback", incident_id, "--correct"])
+    assert right.exit_code == 0 and "was right" in right.output
+    wrong = runner.invoke(app, ["feedback", incident_id, "--wrong", "--root-cause", "postgres-orders/slow_query"])
+    assert wrong.exit_code == 0, wrong.output
+    assert "lesson L-" in wrong.output and "config_change" in wrong.output
+    garbled = runner.invoke(app, ["feedback", incident_id, "--wrong", "--root-cause", "it was the network"])
+    assert "no lesson written" in garbled.output
+    unknown = runner.invoke(app, ["feedback", "inc-nope", "--correct"])
+    assert unknown.exit_code == 2 and "no investigation inc-nope" in unknown.output
+
+
+def test_a_corrupt_store_does_not_stop_an_investigation(private_data_dir: Path) -> None:
+    private_data_dir.mkdir(parents=True)
+    (private_data_dir / "opsagent.db").write_bytes(b"garbage" * 500)
+    result = runner.invoke(app, ["investigate", str(ORDER_INCIDENT), "--json"])
+    assert result.exit_code == 0
+    assert "lessons off for this run" in result.stderr and "not a readable opsagent store" in result.stderr
+    assert json.loads(result.stdout)["status"] == "confirmed"
+    listed = runner.invoke(app, ["lessons", "list"])
+    assert listed.exit_code == 2 and "not a readable opsagent store" in listed.output

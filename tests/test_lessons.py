@@ -1,0 +1,150 @@
+"""Lessons: concrete or rejected, stored safely, retrieved by relevance, acting on the next run."""
+
+import asyncio
+import hashlib
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from opsagent.lessons import InMemoryLessons, concrete, finalised, from_truth, problems, retrieve
+from opsagent.models import Action, Citation, Lesson, LessonTrigger, Symptom
+from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.reasoner import PlaybookReasoner
+from opsagent.scoreboard import replay
+from opsagent.store import Store, StoreError
+from tests.conftest import ORDER_INCIDENT
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def lesson(kind: str = "db_pool_exhaustion", signals: tuple[str, ...] = ("log:timeout",), **kw: object) -> Lesson:
+    base: dict[str, object] = dict(
+        trigger=LessonTrigger(symptom=Symptom.latency, condition="timeouts in the logs", signals=list(signals)),
+        refuting_evidence=[Citation(observation_id="m-123456", value="db_connections_used 30/200")],
+        next_action=Action(tool="changes.list", args={"service": "{service}", "before_min": 30}),
+        refuted_kind=kind,
+        services=["order-service"],
+        source_incident="inc-1",
+        created_at=NOW,
+    )
+    base.update(kw)
+    return finalised(Lesson.model_validate(base))
+
+
+def test_a_lesson_without_refuting_evidence_is_rejected() -> None:
+    with pytest.raises(ValidationError):
+        lesson(refuting_evidence=[])
+
+
+def test_a_lesson_without_a_concrete_tool_call_is_rejected() -> None:
+    vague = lesson(next_action=Action(tool="think.harder", args={}))
+    assert problems(vague) and "not a tool" in problems(vague)[0]
+    bad_args = lesson(next_action=Action(tool="metrics.signal", args={"service": "{service}"}))
+    assert problems(bad_args) and "metrics.signal(signal, service)" in problems(bad_args)[0]
+    assert problems(lesson()) == []
+
+
+def test_next_actions_are_templates_that_carry_over_to_other_services() -> None:
+    action = concrete(lesson().next_action, "payment-service")
+    assert action.args == {"service": "payment-service", "before_min": 30}
+
+
+def test_store_migrates_merges_near_duplicates_and_counts_use(tmp_path: Path) -> None:
+    path = tmp_path / "opsagent.db"
+    with Store(path) as store:
+        first, merged = store.upsert_lesson(lesson(source_incident="inc-1"))
+        again, merged_again = store.upsert_lesson(lesson(source_incident="inc-2", services=["payment-service"]))
+        other, _ = store.upsert_lesson(lesson(kind="slow_query"))
+        store.count_use([first.id], helped=True)
+        stored = store.lesson(first.id)
+    assert not merged and merged_again and first.id == again.id != other.id
+    assert stored.count == 2 and stored.seen_in == ["inc-1", "inc-2"] and stored.times_helped == 1
+    assert stored.services == ["order-service", "payment-service"]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    with Store(path) as reopened:  # a second process sees the same lessons
+        assert {le.id for le in reopened.lessons()} == {first.id, other.id}
+
+
+def test_a_corrupt_store_is_a_clear_error_and_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "opsagent.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(StoreError) as exc:
+        Store(path)
+    assert "not a readable opsagent store" in str(exc.value) and str(path) in str(exc.value)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "opsagent.db"
+    Store(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError) as exc:
+            Store(path, timeout_s=0.2).upsert_lesson(lesson())
+        assert "locked" in str(exc.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with Store(path) as store:  # nothing was lost or half-written
+        assert store.lessons() == []
+
+
+def test_retrieval_ranks_by_trigger_overlap_and_caps_with_recent_ones() -> None:
+    from opsagent.triage import ComponentProfile, Triage
+    from tests.fakes import incident
+
+    profile = ComponentProfile(
+        component="checkout",
+        own=3.0,
+        score=3.0,
+        reachable=True,
+        features={"log:timeout": 1.0, "trace:self_time_up": 2.0},
+    )
+    found = Triage(graph=[], components=[profile], observation_ids=[], source_kinds=[])
+    matching = lesson(signals=("log:timeout", "trace:self_time_up"))
+    partial = lesson(kind="slow_query", signals=("log:timeout", "signal:db_query_latency_p99:up"))
+    unrelated = lesson(
+        kind="disk_full", signals=("near_limit:disk_usage",), created_at=datetime(2025, 1, 1, tzinfo=UTC)
+    )
+    old = [
+        lesson(kind="gc_pause", signals=(f"signal:x{i}:up",), created_at=datetime(2024, 1, i + 1, tzinfo=UTC))
+        for i in range(6)
+    ]
+    got = retrieve([unrelated, partial, matching, *old], incident("checkout"), found, top_k=3, cap=5)
+    assert [r.lesson.id for r in got[:2]] == [matching.id, partial.id]
+    assert got[0].applies and got[0].component == "checkout"  # every trigger signal shows there
+    assert not got[1].applies  # half its trigger is missing: retrieved, but it does not act
+    assert len(got) == 5 and unrelated.id in {r.lesson.id for r in got}  # the most recent fill the cap
+
+
+def test_replay_learns_from_truth_what_would_have_found_it() -> None:
+    report, truth = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    assert truth is not None
+    checks = PlaybookReasoner(load_default_playbooks()).first_checks()
+    taught = from_truth(report, truth, NOW, first_checks=checks)
+    db = next(le for le in taught if le.refuted_kind == "db_pool_exhaustion")
+    assert db.next_action.tool == "changes.list" and db.next_action.args["service"] == "{service}"
+    assert "log:timeout" in db.trigger.signals
+    assert "/200" in db.refuting_evidence[0].value
+
+
+def test_repeat_incident_needs_fewer_steps_and_starts_with_the_lessons_action() -> None:
+    memory = InMemoryLessons()
+    first = asyncio.run(replay(ORDER_INCIDENT, memory=memory, use_lessons=True, learn=True)).scores[0]
+    assert memory.lessons(), "the first run taught nothing"
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, lessons=memory.lessons()))
+    second = asyncio.run(replay(ORDER_INCIDENT, memory=memory, use_lessons=True)).scores[0]
+    assert second.verdict_ok and first.verdict_ok
+    assert second.steps < first.steps and second.tool_calls < first.tool_calls
+    taught = memory.lessons()[0]
+    first_action = report.results[0].steps[0].action
+    assert first_action is not None
+    assert first_action == concrete(taught.next_action, "order-service")
+    used = next(u for u in report.lessons_used if u.lesson_id == taught.id)
+    assert used.acted and any("was not verified" in e for e in used.effects)
+    assert memory.lessons()[0].times_helped >= 1
