@@ -27,6 +27,8 @@ from opsagent.models import (
     Incident,
     Lesson,
     LessonTrigger,
+    MetricsData,
+    Observation,
     Report,
 )
 from opsagent.tools import TOOLS
@@ -75,13 +77,27 @@ def finalised(lesson: Lesson) -> Lesson:
     return lesson.model_copy(update={"id": lesson_id(lesson.refuted_kind, lesson.trigger.signals, lesson.next_action)})
 
 
-def _signals(result: HypothesisResult) -> list[str]:
+def _signals(result: HypothesisResult, observations: Mapping[str, Observation]) -> list[str]:
+    """The situation that misled: what made the hypothesis attractive, and the anomaly that killed it
+    (cpu saturation refuted because traffic tripled is a lesson about surges, not about CPU)."""
     prefix = result.hypothesis.component + "/"
-    return sorted({f.removeprefix(prefix) for f in result.hypothesis.explains if f.startswith(prefix)})
+    signals = {f.removeprefix(prefix) for f in result.hypothesis.explains if f.startswith(prefix)}
+    for e in result.verdict.refuting:
+        obs = observations.get(e.observation_id)
+        if obs is not None and isinstance(obs.data, MetricsData):
+            for s in obs.data.stats:
+                if s.component == result.hypothesis.component and s.direction in ("up", "down"):
+                    signals.add(f"signal:{s.signal}:{s.direction}")
+    return sorted(signals)
 
 
 def from_refutation(
-    incident: Incident, result: HypothesisResult, now: datetime, *, next_action: Action | None = None
+    incident: Incident,
+    result: HypothesisResult,
+    now: datetime,
+    observations: Mapping[str, Observation],
+    *,
+    next_action: Action | None = None,
 ) -> Lesson | None:
     """A refuted hypothesis as a lesson; its next action is the refuting call unless a better one is known."""
     if result.verdict.status != "refuted" or not result.verdict.refuting:
@@ -92,7 +108,7 @@ def from_refutation(
     if action is None:
         return None
     h = result.hypothesis
-    signals = _signals(result)
+    signals = _signals(result, observations)
     lesson = Lesson(
         trigger=LessonTrigger(
             symptom=incident.symptom,
@@ -124,11 +140,12 @@ def from_truth(report: Report, truth: Truth, now: datetime, *, first_checks: Map
     if remedy is None and truth.kind in first_checks:
         remedy = concrete(first_checks[truth.kind], truth.service)
     out: list[Lesson] = []
+    observed = {o.id: o for o in report.observations}
     for r in report.results:
         if (r.hypothesis.component, r.hypothesis.kind) == (truth.service, truth.kind):
             continue
         if r.verdict.status == "refuted":
-            lesson = from_refutation(report.incident, r, now, next_action=remedy)
+            lesson = from_refutation(report.incident, r, now, observed, next_action=remedy)
         elif (
             r.verdict.status in ("confirmed", "probable")
             and report.root_cause is not None
@@ -159,7 +176,7 @@ def _wrong_conclusion(
         )
         for e in r.verdict.supporting
     ]
-    signals = _signals(r)
+    signals = _signals(r, {o.id: o for o in report.observations})
     return finalised(
         Lesson(
             trigger=LessonTrigger(

@@ -131,7 +131,9 @@ async def investigate(
         recall=lambda found: retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap),
     )
     stamp = now or datetime.now(UTC)
-    written = [lesson for r in outcome.results if (lesson := reasoner.reflect(incident, r, stamp))]
+    written = [
+        lesson for r in outcome.results if (lesson := reasoner.reflect(incident, r, stamp, toolbox.observations))
+    ]
     report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.name, lessons=written)
     log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
     return report

@@ -60,7 +60,9 @@ class Reasoner(Protocol):
         final: bool,
     ) -> Decision: ...
 
-    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None: ...
+    def reflect(
+        self, incident: Incident, result: HypothesisResult, now: datetime, observations: Mapping[str, Observation]
+    ) -> Lesson | None: ...
 
 
 #: How many of triage's top components get hypotheses.
@@ -155,7 +157,7 @@ class PlaybookReasoner:
         for r in lessons:
             if r.component != h.component:
                 continue
-            if r.lesson.refuted_kind == h.kind:
+            if r.lesson.refuted_kind == h.kind and score == h.score:  # one lowering, however many agree
                 score *= LESSON_PENALTY
                 notes.append(
                     f"{r.lesson.id}: lowered {h.kind} on {h.component} x{LESSON_PENALTY:g} (refuted before under "
@@ -230,8 +232,10 @@ class PlaybookReasoner:
                 )
         return out
 
-    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
-        return from_refutation(incident, result, now)
+    def reflect(
+        self, incident: Incident, result: HypothesisResult, now: datetime, observations: Mapping[str, Observation]
+    ) -> Lesson | None:
+        return from_refutation(incident, result, now, observations)
 
     def first_checks(self) -> dict[str, Action]:
         """Per fault kind, the first call its playbook makes, as a template (for lessons)."""
@@ -323,5 +327,7 @@ class ScriptedReasoner:
             return self.decisions.pop(0)
         return Decision(thought="script finished", action=None)
 
-    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
+    def reflect(
+        self, incident: Incident, result: HypothesisResult, now: datetime, observations: Mapping[str, Observation]
+    ) -> Lesson | None:
         return None

@@ -108,9 +108,11 @@ class SpyReasoner(PlaybookReasoner):
         self.seen += [o.model_dump_json() for o in observations.values()]
         return await super().decide(incident, hypothesis, steps, observations, final=final)
 
-    def reflect(self, incident: Incident, result: HypothesisResult, now: datetime) -> Lesson | None:
+    def reflect(
+        self, incident: Incident, result: HypothesisResult, now: datetime, observations: Mapping[str, Observation]
+    ) -> Lesson | None:
         self.seen.append(result.model_dump_json())
-        return super().reflect(incident, result, now)
+        return super().reflect(incident, result, now, observations)
 
 
 def test_truth_never_reaches_the_reasoner(tmp_path: Path) -> None:
