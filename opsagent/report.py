@@ -70,6 +70,13 @@ def to_markdown(report: Report) -> str:
         lines += ["## Sources that could not be read", ""]
         lines += [f"- {k}: {v}" for k, v in report.unreadable_sources.items()]
         lines.append("")
+    if report.lessons_used:
+        lines += ["## Lessons used", ""]
+        lines += [
+            f"- `{u.lesson_id}` (relevance {u.relevance:.2f}): {'; '.join(u.effects) or 'no effect'}"
+            for u in report.lessons_used
+        ]
+        lines.append("")
     if report.lessons:
         lines += ["## Lessons written", ""]
         lines += [
@@ -120,6 +127,11 @@ def render(report: Report, console: Console) -> None:
     for i, s in enumerate(report.suspects[:5], 1):
         sus.add_row(str(i), s.component, s.kind, s.status, f"{s.score:.3f}")
     body.append(sus)
+    acted = [u for u in report.lessons_used if u.acted]
+    if acted:
+        body.append(
+            Text("Lessons used: " + "; ".join(f"{u.lesson_id}: {', '.join(u.effects)}" for u in acted), style="magenta")
+        )
     if report.unreadable_sources:
         body.append(
             Text(
