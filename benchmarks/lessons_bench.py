@@ -56,11 +56,15 @@ async def repeat(corpus: Path) -> None:
     print("1. Repeat incident (order-service, hybrid, lessons on)")
     print(f"   run 1: {first.status} {first.top[0]}  steps {first.steps}  tool calls {first.tool_calls}")
     print(f"   run 2: {second.status} {second.top[0]}  steps {second.steps}  tool calls {second.tool_calls}")
-    print(f"   lesson {lesson.id}: {lesson.refuted_kind} refuted under {', '.join(lesson.trigger.signals)};"
-          f" next action {lesson.next_action.key()}")
+    print(
+        f"   lesson {lesson.id}: {lesson.refuted_kind} refuted under {', '.join(lesson.trigger.signals)};"
+        f" next action {lesson.next_action.key()}"
+    )
     expected = concrete(lesson.next_action, "order-service")
-    print(f"   run 2 first action: {first_action.key() if first_action else None}"
-          f" ({'the lesson' + chr(39) + 's next action' if first_action == expected else 'NOT the lesson'})")
+    print(
+        f"   run 2 first action: {first_action.key() if first_action else None}"
+        f" ({'the lesson' + chr(39) + 's next action' if first_action == expected else 'NOT the lesson'})"
+    )
     for use in report.lessons_used:
         print(f"   {use.lesson_id} changed: {'; '.join(use.effects)}")
 
@@ -70,11 +74,16 @@ async def generalisation(corpus: Path, heldout: Path, strategy: str) -> None:
     dirs = fixture_dirs(corpus)
     halves = (dirs[0::2], dirs[1::2])
     print(f"\n2. Generalisation ({strategy})\n{HEADER}")
-    for name, (learn_on, test_on) in (("(a) corpus half A -> half B", halves), ("(a) corpus half B -> half A", halves[::-1])):
+    for name, (learn_on, test_on) in (
+        ("(a) corpus half A -> half B", halves),
+        ("(a) corpus half B -> half A", halves[::-1]),
+    ):
         memory = InMemoryLessons()
         await replay(corpus, playbooks=books, strategy_name=strategy, memory=memory, learn=True, dirs=learn_on)
         off = await replay(corpus, playbooks=books, strategy_name=strategy, dirs=test_on)
-        on = await replay(corpus, playbooks=books, strategy_name=strategy, memory=memory, use_lessons=True, dirs=test_on)
+        on = await replay(
+            corpus, playbooks=books, strategy_name=strategy, memory=memory, use_lessons=True, dirs=test_on
+        )
         print(row(f"{name}, lessons off", off))
         print(row(f"{name}, lessons on ({len(memory.lessons())})", on))
     memory = InMemoryLessons()
@@ -97,7 +106,12 @@ async def retries(corpus: Path, attempts: int) -> None:
         memory = InMemoryLessons()
         for k in range(1, attempts + 1):
             board = await replay(
-                corpus, playbooks=books, strategy_name="react", memory=memory, use_lessons=True, learn=True,
+                corpus,
+                playbooks=books,
+                strategy_name="react",
+                memory=memory,
+                use_lessons=True,
+                learn=True,
                 dirs=[directory],
             )
             if board.scores[0].verdict_ok:
@@ -119,7 +133,8 @@ def heldout_dir(given: Path | None) -> Path:
     out = Path(tempfile.mkdtemp(prefix="opsagent-heldout-"))
     subprocess.run(
         [sys.executable, str(ROOT / "fixtures" / "generate.py"), "--out", str(out), "--seed-offset", "100"],
-        check=True, stdout=subprocess.DEVNULL,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     return out
 

@@ -26,23 +26,28 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from opsagent.catalog import default_catalog
-from opsagent.errors import AlertError, Problem, UserError
+from adapters.config import sources_from_settings
+from opsagent.errors import AlertError, ConfigError, Problem, UserError
 from opsagent.fixtures import validate, write_json_schemas
 from opsagent.lessons import finalised as lesson_finalised
 from opsagent.lessons import from_feedback, rule_check
 from opsagent.lessons import problems as lesson_problems
+from opsagent.llm.cli import build_reasoner, print_prompts
+from opsagent.llm.cli import register as register_llm
+from opsagent.llm.cli import summary_line as llm_summary_line
 from opsagent.logconfig import configure
 from opsagent.loop import Budget
 from opsagent.models import Alert, Lesson, Report
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
-from opsagent.reasoner import PlaybookReasoner
+from opsagent.playbooks import Playbook
+from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.report import render, to_json, to_markdown
 from opsagent.scoreboard import IncidentScore, Scoreboard, replay
+from opsagent.service.cli import register as register_serve
 from opsagent.settings import Settings, load_settings
+from opsagent.sources_cli import register as register_source_commands
 from opsagent.store import Store, StoreError
 from opsagent.strategies import STRATEGIES, strategy
-from opsagent.tools import Sources
 
 app = typer.Typer(
     help="Incident root-cause analysis for on-call engineers. Read-only.",
@@ -55,6 +60,8 @@ app.add_typer(fixtures_app, name="fixtures")
 app.add_typer(playbooks_app, name="playbooks")
 lessons_app = typer.Typer(help="Lessons: list, show, edit, rm, export, import.", no_args_is_help=True)
 app.add_typer(lessons_app, name="lessons")
+register_llm(app)  # opsagent prompts REPORT.json
+register_serve(app)  # opsagent serve
 
 console = Console()
 err = Console(stderr=True)
@@ -161,6 +168,17 @@ def investigate_cmd(
     use_lessons: Annotated[
         bool, typer.Option("--lessons/--no-lessons", help="retrieve lessons, record this investigation")
     ] = True,
+    reasoner_name: Annotated[
+        str, typer.Option("--reasoner", help="playbook (offline, the default) or llm (an OpenAI-compatible model)")
+    ] = "playbook",
+    model: Annotated[str | None, typer.Option("--model", help="model name for --reasoner llm (llm.model)")] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option("--base-url", help="OpenAI-compatible base URL (llm.base_url); fake://follow-hints: no server"),
+    ] = None,
+    show_prompts: Annotated[
+        bool, typer.Option("--show-prompts", help="print every prompt sent to the model and its reply")
+    ] = False,
 ) -> None:
     """Investigate one incident and print the root cause, its evidence and what was ruled out."""
     budget = _budget(k, beam, max_steps, token_budget, wall_s, timeout_s)
@@ -171,6 +189,7 @@ def investigate_cmd(
     async def go() -> Report:
         strategy(strategy_name)  # fail fast on a bad name
         books = load_default_playbooks(playbooks)
+        reasoner = _reasoner(reasoner_name, settings, books, model=model, base_url=base_url)
         view = LiveView() if live and not as_json and err.is_terminal else None
         listener = view if view is not None else None
         if view is not None:
@@ -180,6 +199,7 @@ def investigate_cmd(
                 report, _ = await investigate_fixture(
                     target,
                     playbooks=books,
+                    reasoner=reasoner,
                     strategy_name=strategy_name,
                     budget=budget,
                     listener=listener,
@@ -188,18 +208,19 @@ def investigate_cmd(
                 )
                 return report
             alert = _load_alert(target)
-            return await investigate(
-                alert,
-                sources=Sources(),
-                catalog=default_catalog(),
-                reasoner=PlaybookReasoner(books),
-                strategy_name=strategy_name,
-                budget=budget,
-                listener=listener,
-                lessons=lessons,
-                lessons_top_k=settings.lessons_top_k,
-                lessons_cap=settings.lessons_recent,
-            )
+            async with sources_from_settings(settings) as configured:  # none configured: all unreadable
+                return await investigate(
+                    alert,
+                    sources=configured.sources,
+                    catalog=configured.catalog,
+                    reasoner=reasoner,
+                    strategy_name=strategy_name,
+                    budget=budget,
+                    listener=listener,
+                    lessons=lessons,
+                    lessons_top_k=settings.lessons_top_k,
+                    lessons_cap=settings.lessons_recent,
+                )
         finally:
             if view is not None:
                 view.live.stop()
@@ -211,6 +232,24 @@ def investigate_cmd(
     if store is not None:
         _remember(store, report)
     _emit(report, as_json, markdown)
+    if show_prompts:
+        print_prompts(report, err if as_json else console)
+    line = llm_summary_line(report)
+    if line is not None:
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _reasoner(
+    name: str, settings: Settings, books: list[Playbook], *, model: str | None, base_url: str | None
+) -> Reasoner:
+    """The reasoner --reasoner names; LLM options come from the config file and the environment, flags win."""
+    if name == "playbook":
+        if model or base_url:
+            raise ConfigError("--model and --base-url need --reasoner llm")
+        return PlaybookReasoner(books)
+    if name == "llm":
+        return build_reasoner(settings, books, model=model, base_url=base_url)
+    raise ConfigError(f"unknown reasoner {name!r}; choose playbook or llm")
 
 
 def _wide() -> Console:
@@ -584,6 +623,8 @@ def feedback_cmd(
             f"-> first {lesson.next_action.key()}"
         )
 
+
+register_source_commands(app)
 
 if __name__ == "__main__":
     app()

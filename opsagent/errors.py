@@ -12,16 +12,21 @@ and never log in their constructor.
     │   └── AlertError             an alert file or payload that does not validate
     └── SourceError                a data source failed; the investigation goes on without it
         ├── SourceUnavailable      could not connect / refused / missing data
+        │   └── SourceAuthFailed   the source refused our credentials (401/403)
         ├── SourceTimeout          the call took longer than its per-call timeout
-        └── QueryRejected          the source understood the call and refused it (bad query)
+        ├── QueryRejected          the source understood the call and refused it (bad query)
+        └── MalformedResponse      the source answered something that is not what its API promises
 
 ``SourceError`` is what the tool layer turns into an observation that names the source; a
-``UserError`` aborts with a clear message and never a traceback.
+``UserError`` aborts with a clear message and never a traceback. Live adapters map their client's
+exceptions (httpx, requests, elasticsearch/elastic-transport, subprocess) with ``raise ... from exc``
+in one function per adapter, and carry the query and time window that failed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 
 class OpsAgentError(Exception):
@@ -72,9 +77,17 @@ class AlertError(UserError):
 class SourceError(OpsAgentError):
     """A data source failed. ``source`` names it (e.g. ``metrics:replay``)."""
 
-    def __init__(self, message: str, *, source: str, query: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str,
+        query: str | None = None,
+        window: tuple[datetime, datetime] | None = None,
+    ) -> None:
         self.source = source
         self.query = query
+        self.window = window
         super().__init__(message)
 
 
@@ -88,3 +101,11 @@ class SourceTimeout(SourceError):
 
 class QueryRejected(SourceError):
     pass
+
+
+class SourceAuthFailed(SourceUnavailable):
+    """The source refused the credentials (or their absence): a configuration problem."""
+
+
+class MalformedResponse(SourceError):
+    """The source answered, but not in the shape its API documents."""

@@ -192,6 +192,14 @@ class LogTemplate(Frozen):
     sample: str
     new: bool
     bursting: bool
+    values: list[dict[str, int]] = Field(
+        default_factory=list,
+        description="most frequent values at each variable position of the template, in order, with exact counts",
+    )
+    values_partial: list[int] = Field(
+        default_factory=list,
+        description="variable positions (indexes into values) with more distinct values than were counted",
+    )
 
 
 class LogsData(Frozen):
@@ -204,7 +212,23 @@ class LogsData(Frozen):
     baseline_families: dict[str, int]
     templates: list[LogTemplate]
     samples: list[str]
-    estimated: bool = False
+    estimated: bool = Field(default=False, description="template counts come from a sample of the lines")
+    window_minutes: float = 0.0
+    baseline_minutes: float = 0.0
+    templates_total: int = Field(default=0, description="templates mined, listed or not")
+    unlisted: int = Field(default=0, description="lines of the templates that are not listed")
+    other: LogTemplate | None = Field(
+        default=None, description="lines that arrived after the template limit was reached and matched no template"
+    )
+    vanished: list[LogTemplate] = Field(default_factory=list, description="steady in the baseline, absent after")
+    head: list[str] = Field(default_factory=list, description="first lines of the most informative templates")
+    tail: list[str] = Field(default_factory=list, description="last lines of the most informative templates")
+    histogram_start: AwareDatetime | None = None
+    histogram_step_s: float = 0.0
+    histogram: list[int] = Field(default_factory=list, description="lines per bucket, baseline and window")
+    error_histogram: list[int] = Field(default_factory=list, description="error and fatal lines per bucket")
+    outside_range: int = Field(default=0, description="lines in neither the baseline nor the window")
+    oddities: dict[str, int] = Field(default_factory=dict, description="malformed or unusual input, by kind")
 
 
 class ChangeRecord(Frozen):
@@ -412,6 +436,70 @@ class Cost(BaseModel):
     wall_ms: float = 0.0
 
 
+# ---------------------------------------------------------------- what a model was told (LLM reasoner)
+
+
+class PromptToolCall(Frozen):
+    """A tool call as a chat-completions message carries it: arguments are the JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class PromptMessage(Frozen):
+    """One chat message exactly as sent to (or received from) a model, after redaction."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[PromptToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+class ModelExchange(Frozen):
+    """One request to a model and its reply: what it was told, what it said, what it cost."""
+
+    index: int
+    purpose: Literal["propose", "repair", "act", "reflect"]
+    hypothesis_id: str | None = None
+    request: list[PromptMessage] = Field(description="the messages sent, after redaction")
+    tools: list[str] = Field(default_factory=list, description="names of the tools offered")
+    reply: PromptMessage | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usage_estimated: bool = Field(default=False, description="the server reported no usage: tokens are estimated")
+    attempts: int = 1
+    latency_ms: float = 0.0
+    redactions: int = Field(default=0, description="secrets masked in this request before it was sent")
+    error: str | None = None
+
+
+class ModelUsage(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated_calls: int = Field(default=0, description="calls whose usage the server did not report")
+    cost_usd: float | None = Field(default=None, description="from the price table; None when the model has no price")
+
+
+class ModelRecord(BaseModel):
+    """The LLM reasoner's part of an investigation: model, spending, every exchange, and what fell back."""
+
+    model: str
+    base_url: str
+    mode: str = Field(description="tools (native tool calling) or text (Thought/Action/Final)")
+    usage: ModelUsage = Field(default_factory=ModelUsage)
+    exchanges: list[ModelExchange] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list, description="fallbacks to the playbook reasoner, rejected output, refused calls"
+    )
+    fallbacks: int = Field(default=0, description="times the playbook reasoner stood in for the model")
+    budget_exhausted: str | None = Field(
+        default=None, description="why the model stopped being asked: a call the token or time budget could not afford"
+    )
+
+
 class Report(BaseModel):
     incident: Incident
     strategy: str
@@ -430,6 +518,7 @@ class Report(BaseModel):
     next_steps: list[str] = Field(default_factory=list)
     cost: Cost
     observations: list[Observation] = Field(default_factory=list)
+    llm: ModelRecord | None = Field(default=None, description="the model's prompts, replies and cost")
 
     @property
     def refuted(self) -> list[HypothesisResult]:

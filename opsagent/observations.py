@@ -58,24 +58,10 @@ def _metrics(d: MetricsData) -> str:
 
 
 def _logs(d: LogsData) -> str:
-    scope = d.service or "all services"
-    lines = [
-        f"logs of {scope} after onset: {sum(d.by_level.values())} lines; "
-        + ", ".join(f"{k}={v}" for k, v in d.by_level.items()),
-    ]
-    if d.families:
-        lines.append(
-            "families (window/baseline): "
-            + ", ".join(f"{k}={v}/{d.baseline_families.get(k, 0)}" for k, v in d.families.items())
-        )
-    for t in d.templates:
-        flags = "NEW " if t.new else "BURST " if t.bursting else ""
-        lines.append(
-            f"[{t.id}] {flags}{'/'.join(t.levels)} x{t.window_count} (baseline {t.baseline_count}) "
-            f"{t.first_seen:%H:%M}-{t.last_seen:%H:%M} {', '.join(t.services[:3])}: {t.template}"
-        )
-    lines.extend(f"sample: {s.splitlines()[0]}" for s in d.samples)
-    return "\n".join(lines)
+    # imported here: the renderer measures its budget with estimate_tokens, defined above
+    from opsagent.logsummary.render import render
+
+    return render(d)
 
 
 def _changes(d: ChangesData) -> str:

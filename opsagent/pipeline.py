@@ -7,9 +7,10 @@ passes through here: replay scoring reads it beside the report, after the fact.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import structlog
 
@@ -33,6 +34,8 @@ from opsagent.models import (
     Lesson,
     LessonUse,
     MetricsData,
+    ModelRecord,
+    Observation,
     Report,
     Suspect,
     Symptom,
@@ -40,7 +43,7 @@ from opsagent.models import (
 )
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
-from opsagent.strategies import Outcome, strategy
+from opsagent.strategies import Outcome, reflect, strategy
 from opsagent.tools import Sources, Toolbox
 from opsagent.triage import Triage, descendants
 
@@ -85,6 +88,16 @@ async def refine_onset(alert: Alert, sources: Sources, catalog: SignalCatalog, i
     return alert.starts_at
 
 
+@runtime_checkable
+class PerInvestigation(Protocol):
+    """A reasoner with state of its own per investigation (a model's transcript and spending): the
+    pipeline binds it to the investigation's meter, and puts its transcript in the report."""
+
+    def bind(self, meter: Meter, observations: Mapping[str, Observation]) -> Reasoner: ...
+
+    def transcript(self) -> ModelRecord: ...
+
+
 async def investigate(
     alert: Alert,
     *,
@@ -122,6 +135,8 @@ async def investigate(
     )
     toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s)
     log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
+    if isinstance(reasoner, PerInvestigation):
+        reasoner = reasoner.bind(meter, toolbox.observations)
     outcome = await chosen.run(
         incident,
         reasoner=reasoner,
@@ -132,9 +147,11 @@ async def investigate(
     )
     stamp = now or datetime.now(UTC)
     written = [
-        lesson for r in outcome.results if (lesson := reasoner.reflect(incident, r, stamp, toolbox.observations))
+        lesson for r in outcome.results if (lesson := await reflect(reasoner, incident, r, stamp, toolbox.observations))
     ]
     report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.name, lessons=written)
+    if isinstance(reasoner, PerInvestigation):
+        report = report.model_copy(update={"llm": reasoner.transcript()})
     log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
     return report
 

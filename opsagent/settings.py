@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -17,7 +18,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import ConfigError
+from opsagent.fixtures import SignalDef
 
 
 def _default_data_dir() -> Path:
@@ -33,12 +36,89 @@ def config_file() -> Path | None:
     return local if local.exists() else None
 
 
+#: The only place the model's API key is read from. Never the config file, never logged.
+LLM_API_KEY_ENV = "OPSAGENT_LLM_API_KEY"
+
+_SECRET_KEYS = frozenset({"api_key", "apikey", "key", "token", "api_token", "secret", "password", "authorization"})
+
+
+class ModelPrice(BaseModel):
+    """What a model costs, in US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class LLMSettings(BaseModel):
+    """The LLM reasoner: any OpenAI-compatible chat-completions endpoint. The key: ``OPSAGENT_LLM_API_KEY``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(default="http://localhost:11434/v1", description="ends before /chat/completions")
+    model: str | None = Field(default=None, description="the model name the server knows")
+    mode: Literal["auto", "tools", "text"] = Field(
+        default="auto", description="tools: native tool calling; text: Thought/Action/Final; auto: tools, else text"
+    )
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    max_tokens: int = Field(default=1024, ge=16, description="completion tokens per call")
+    timeout_s: float = Field(default=60.0, gt=0, description="per request")
+    retries: int = Field(default=3, ge=0, description="retries on 429, 5xx, timeouts and connection errors")
+    backoff_s: float = Field(default=1.0, ge=0, description="first retry delay, doubled each time")
+    max_backoff_s: float = Field(default=30.0, ge=0, description="longest wait, Retry-After included")
+    context_window: int = Field(default=32_768, ge=1024, description="the model's context, in tokens")
+    observation_token_cap: int = Field(default=800, ge=50, description="tokens of one observation in a prompt")
+    json_mode: bool = Field(default=False, description="ask for response_format json_object where JSON is wanted")
+    prices: dict[str, ModelPrice] = Field(default_factory=dict, description="model name -> price")
+    redact_emails: bool = False
+    redact_ips: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets_here(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(str(k).lower() in _SECRET_KEYS for k in data):
+            raise ValueError(f"the API key is read only from the environment ({LLM_API_KEY_ENV}), never from here")
+        return data
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
 
     data_dir: Path = Field(default_factory=_default_data_dir, description="where the SQLite store lives")
     lessons_top_k: int = Field(default=3, ge=0, description="most relevant lessons retrieved per investigation")
     lessons_recent: int = Field(default=5, ge=0, description="cap on lessons retrieved, most recent included")
+    llm: LLMSettings = Field(default_factory=LLMSettings, description="the LLM reasoner (environment: OPSAGENT_LLM__*)")
+    llm_api_key: SecretStr | None = Field(
+        default=None, description=f"the model's API key ({LLM_API_KEY_ENV}, env only)"
+    )
+
+    # The webhook service (`opsagent serve`). Secrets (SecretStr) come from the environment only.
+    host: str = Field(default="127.0.0.1", description="address the service listens on")
+    port: int = Field(default=8080, ge=0, le=65535, description="port the service listens on")
+    workers: int = Field(default=2, ge=1, le=64, description="investigations run at once (worker processes)")
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, description="largest webhook body accepted (413 above)")
+    fixtures_dir: Path | None = Field(
+        default=None, description="recorded incidents the service investigates alerts against (replay sources)"
+    )
+    public_url: str | None = Field(default=None, description="base URL of the service, for links in notifications")
+    job_timeout_s: float = Field(default=300.0, gt=0, description="an investigation still running then has failed")
+    job_attempts: int = Field(default=3, ge=1, description="tries of one job before it is marked failed")
+    job_lease_s: float = Field(default=30.0, gt=0, description="a running job whose owner stops renewing is retaken")
+    webhook_token: SecretStr | None = Field(default=None, description="bearer token Alertmanager sends (env only)")
+    webhook_username: str | None = Field(default=None, description="basic-auth user Alertmanager sends")
+    webhook_password: SecretStr | None = Field(default=None, description="basic-auth password (env only)")
+    allow_unauthenticated: bool = Field(default=False, description="serve the webhook without credentials (tests)")
+    notify_url: SecretStr | None = Field(
+        default=None, description="Slack-compatible webhook for investigation summaries (env only: it holds a token)"
+    )
+
+    # Live data sources (`sources:`, see adapters/sourceconfig.py) and the signal catalog overrides
+    # they are read with. Their secrets come from OPSAGENT_<KIND>_<NAME>_<SECRET> variables only.
+    sources: SourcesConfig = Field(default_factory=SourcesConfig, description="live data sources, by kind")
+    signals: dict[str, SignalDef] = Field(
+        default_factory=dict, description="signal catalog overrides for this environment (PromQL, $service)"
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -52,12 +132,26 @@ class Settings(BaseSettings):
         path = config_file()
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            from_file = YamlConfigSettingsSource(settings_cls, yaml_file=path)
+            secrets = sorted(set(from_file.yaml_data) & secret_fields(settings_cls))
+            if secrets:
+                names = ", ".join(f"OPSAGENT_{name.upper()}" for name in secrets)
+                raise ConfigError(f"{path}: secrets are read from the environment only; remove them and set {names}")
+            sources.append(from_file)
         return tuple(sources)
 
     @property
     def database(self) -> Path:
         return self.data_dir / "opsagent.db"
+
+
+def secret_fields(settings_cls: type[BaseSettings]) -> set[str]:
+    """Fields holding secrets: never read from the file, never printed."""
+    return {
+        name
+        for name, info in settings_cls.model_fields.items()
+        if info.annotation is not None and SecretStr in getattr(info.annotation, "__args__", (info.annotation,))
+    }
 
 
 def load_settings() -> Settings:

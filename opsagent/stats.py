@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from statistics import median
 from typing import Literal
 
 Sample = tuple[float, float]
 
-#: Below this many baseline samples, a shift is not scored.
+#: Below this many baseline samples, a shift is not scored against the baseline alone.
 MIN_BASELINE = 3
+#: With fewer samples than that to compare against (coarse resolution, no history), only a shift
+#: at least this large (either way) counts: there is no spread to judge a smaller one by.
+SHORT_REFERENCE_RATIO = 1.5
+#: A ratio that normally sits this close to its ceiling (availability, success ratio) is judged by
+#: its shortfall: 99.9% -> 99% is ten times the failures, not a 1% dip.
+NEAR_CEILING = 0.99
 
 
 def between(samples: Sequence[Sample], start: float, end: float) -> list[float]:
@@ -69,14 +77,99 @@ def change_point(samples: Sequence[Sample], start: float, end: float, *, min_sid
 Direction = Literal["up", "down", "flat", "unknown"]
 
 
-def shift_direction(z: float | None, ratio: float | None) -> Direction:
+def shift_direction(
+    z: float | None, ratio: float | None, *, min_ratio: float = 1.15, max_ratio: float = 0.87
+) -> Direction:
     if z is None or ratio is None:
         return "unknown"
-    if z >= 3 and ratio >= 1.15:
+    if z >= 3 and ratio >= min_ratio:
         return "up"
-    if z <= -3 and ratio <= 0.87:
+    if z <= -3 and ratio <= max_ratio:
         return "down"
     return "flat"
+
+
+def sampling_step(samples: Sequence[Sample]) -> float:
+    """The series' resolution: the median spacing of its samples (0 with fewer than two)."""
+    times = sorted(t for t, _ in samples)
+    gaps = [b - a for a, b in pairwise(times) if b > a]
+    return median(gaps) if gaps else 0.0
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a series is compared against: its normal level and spread."""
+
+    centre: float
+    spread: float
+    short: bool = False  # too few samples for a spread: only a large shift counts
+
+
+def reference(
+    samples: Sequence[Sample], *, baseline: tuple[float, float], window_start: float, onset: float
+) -> Reference | None:
+    """The normal level of a series before onset.
+
+    Usually the baseline period. Two cases need the samples just before onset as well:
+
+    * the baseline is another period (outside the window, before or after): a level the series had
+      already moved to before onset is the normal the incident moved it from, not the incident;
+    * the baseline holds too few samples for the series' resolution (5-minute data and a short
+      or missing history): the pre-onset samples are all there is, judged without a spread.
+
+    Pre-onset samples count only if their period ends by onset: at coarse resolution the sample
+    stamped just before onset may already hold the incident. Against another period, though, even
+    that sample is a better guide to the recent level than nothing; and a series with no sample at
+    all from this period before onset is not judged against another period (``None``).
+    """
+    b0, b1 = baseline
+    step = sampling_step(samples)
+    base = between(samples, b0, b1)
+    detached = is_detached(baseline, window_start=window_start, onset=onset)
+    recent = [v for t, v in samples if window_start <= t and t + step <= onset and not b0 <= t < b1]
+    if not recent and detached:
+        # Only the sample that straddles onset: better than comparing with another period alone.
+        recent = [v for t, v in samples if window_start <= t < onset and not b0 <= t < b1]
+        if not recent:
+            return None  # nothing from this period before onset: a shift and a change of period look alike
+    if len(base) >= MIN_BASELINE:
+        centre = median(base)
+        spread = robust_spread(base, centre)
+        if detached:
+            now = median(recent)
+            if abs(now - centre) > 3 * spread:
+                scale = now / centre if centre > 0 and now > 0 else 1.0
+                return Reference(now, max(spread * scale, abs(now) * 0.05, 1e-9))
+        return Reference(centre, spread)
+    coarse = step > 0 and b1 - b0 < MIN_BASELINE * step
+    pool = base + recent
+    if pool and (detached or coarse):
+        centre = median(pool)
+        return Reference(centre, robust_spread(pool, centre), short=len(pool) < MIN_BASELINE)
+    return None
+
+
+def is_detached(baseline: tuple[float, float], *, window_start: float, onset: float) -> bool:
+    """Whether the baseline is another period: outside the window, before it or after it."""
+    return baseline[1] <= window_start or baseline[0] >= onset
+
+
+def this_period(samples: Sequence[Sample], baseline: tuple[float, float]) -> list[Sample]:
+    """The samples outside a detached baseline: a change between two periods is not the incident's."""
+    return [(t, v) for t, v in samples if not baseline[0] <= t < baseline[1]]
+
+
+def ceiling_of(unit: str | None) -> float | None:
+    """The ceiling of a bounded ratio, from its unit."""
+    return {"ratio": 1.0, "%": 100.0, "percent": 100.0}.get((unit or "").lower())
+
+
+def shortfall_ratio(baseline: float | None, window: float | None, unit: str | None) -> float | None:
+    """For a ratio that normally sits at its ceiling, how many times its shortfall grew (else None)."""
+    ceiling = ceiling_of(unit)
+    if ceiling is None or baseline is None or window is None or baseline < NEAR_CEILING * ceiling:
+        return None
+    return safe_ratio(ceiling - window, ceiling - baseline)
 
 
 def ts(unix_s: float) -> datetime:

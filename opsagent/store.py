@@ -1,4 +1,5 @@
-"""The embedded store: one SQLite file under the data directory (lessons, investigation records).
+"""The embedded store: one SQLite file under the data directory (lessons, investigation records, and
+the webhook service's incidents, notifications and durable job queue).
 
 Schema versions are applied in order from ``MIGRATIONS`` and recorded in ``PRAGMA user_version``.
 WAL mode and a busy timeout let the CLI and the service use the file at once. A corrupt or locked
@@ -8,14 +9,16 @@ cannot read, so nothing is lost.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from opsagent.errors import UserError
 from opsagent.lessons import merge
@@ -45,6 +48,58 @@ MIGRATIONS: tuple[str, ...] = (
         feedback_root_cause TEXT
     );
     """,
+    # 2: the webhook service. One incident per open alert group (groupKey); every accepted
+    # notification is kept; a job per incident to investigate, leased by the process running it.
+    """
+    CREATE TABLE incidents (
+        id TEXT PRIMARY KEY,
+        group_key TEXT NOT NULL,
+        state TEXT NOT NULL,
+        investigation TEXT NOT NULL,
+        service TEXT NOT NULL,
+        alertname TEXT NOT NULL,
+        title TEXT NOT NULL,
+        receiver TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        resolved_at TEXT,
+        notifications INTEGER NOT NULL DEFAULT 1,
+        outcome TEXT,
+        root_component TEXT,
+        root_kind TEXT,
+        summary TEXT,
+        source TEXT,
+        wall_ms REAL,
+        charts TEXT NOT NULL DEFAULT '[]',
+        error TEXT
+    );
+    CREATE UNIQUE INDEX incidents_open_group ON incidents (group_key) WHERE resolved_at IS NULL;
+    CREATE INDEX incidents_recent ON incidents (created_at);
+    CREATE INDEX incidents_service ON incidents (service, created_at);
+    CREATE TABLE notifications (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        incident_id TEXT,
+        group_key TEXT NOT NULL,
+        status TEXT NOT NULL,
+        action TEXT NOT NULL,
+        received_at TEXT NOT NULL,
+        payload TEXT NOT NULL
+    );
+    CREATE INDEX notifications_incident ON notifications (incident_id);
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        incident_id TEXT NOT NULL,
+        notification_id INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        owner TEXT,
+        lease_until REAL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        error TEXT
+    );
+    CREATE INDEX jobs_pending ON jobs (status, id);
+    """,
 )
 
 
@@ -63,6 +118,109 @@ class InvestigationRecord(BaseModel):
     lessons_used: list[str]
     feedback: str | None
     feedback_root_cause: str | None
+
+
+IncidentState = Literal["firing", "resolved"]
+InvestigationState = Literal["queued", "running", "done", "failed"]
+
+
+class NotificationIn(BaseModel):
+    """One webhook notification, as the service accepts it: what dedup and listing need, and the
+    payload itself (JSON) for the job that investigates it."""
+
+    group_key: str
+    status: IncidentState
+    receiver: str
+    service: str
+    alertname: str
+    title: str
+    payload: str
+    received_at: datetime
+
+
+class Accepted(BaseModel):
+    """What accepting a notification did: ``opened`` an incident (and queued a job), ``updated`` the
+    open incident of its group, ``resolved`` it, or ``ignored`` a resolution of no open incident."""
+
+    notification_id: int
+    incident_id: str | None
+    action: Literal["opened", "updated", "resolved", "ignored"]
+    job_id: int | None = None
+
+
+class IncidentRecord(BaseModel):
+    id: str
+    group_key: str
+    state: IncidentState
+    investigation: InvestigationState
+    service: str
+    alertname: str
+    title: str
+    receiver: str
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    notifications: int
+    outcome: str | None = None
+    root_component: str | None = None
+    root_kind: str | None = None
+    summary: str | None = None
+    source: str | None = None
+    wall_ms: float | None = None
+    error: str | None = None
+
+
+class FinishedReport(BaseModel):
+    """A report as stored: serialised once, by whoever wrote it (a worker process), with the
+    lessons it used and the lessons it teaches."""
+
+    status: str
+    root_component: str | None
+    root_kind: str | None
+    report: str
+    lessons_used: list[str] = Field(default_factory=list)
+    lessons: list[Lesson] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, report: Report, *, lessons: Sequence[Lesson] = ()) -> FinishedReport:
+        rc = report.root_cause
+        return cls(
+            status=report.status,
+            root_component=rc.component if rc else None,
+            root_kind=rc.kind if rc else None,
+            report=report.model_dump_json(),
+            lessons_used=[u.lesson_id for u in report.lessons_used],
+            lessons=list(lessons),
+        )
+
+
+class ClaimedJob(BaseModel):
+    id: int
+    incident_id: str
+    attempts: int
+    payload: str
+
+
+class JobOutcome(BaseModel):
+    """How a job's investigation ended, as the incident row keeps it (the report is in ``investigations``)."""
+
+    outcome: str
+    root_component: str | None = None
+    root_kind: str | None = None
+    summary: str | None = None
+    source: str | None = None
+    wall_ms: float | None = None
+    charts: str = "[]"
+
+
+_INCIDENT_COLUMNS = (
+    "id, group_key, state, investigation, service, alertname, title, receiver, created_at, updated_at,"
+    " resolved_at, notifications, outcome, root_component, root_kind, summary, source, wall_ms, error"
+)
+
+
+def _incident(row: Sequence[object]) -> IncidentRecord:
+    return IncidentRecord.model_validate(dict(zip(_INCIDENT_COLUMNS.replace(" ", "").split(","), row, strict=True)))
 
 
 class Store:
@@ -133,32 +291,35 @@ class Store:
     def upsert_lesson(self, lesson: Lesson) -> tuple[Lesson, bool]:
         """Store a lesson; a near-duplicate (same id) is merged into the one stored. Returns it and
         whether it was merged."""
-        now = datetime.now(UTC).isoformat()
         with self._transaction() as db:
-            row = db.execute("SELECT body, count FROM lessons WHERE id = ?", (lesson.id,)).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO lessons (id, refuted_kind, body, count, times_retrieved, times_helped, created_at,"
-                    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        lesson.id,
-                        lesson.refuted_kind,
-                        lesson.model_dump_json(),
-                        lesson.count,
-                        lesson.times_retrieved,
-                        lesson.times_helped,
-                        lesson.created_at.isoformat(),
-                        now,
-                    ),
-                )
-                return lesson, False
-            stored = self._lesson(row[0], count=row[1])
-            merged = merge(stored, lesson)
+            return self._upsert_lesson(db, lesson)
+
+    def _upsert_lesson(self, db: sqlite3.Connection, lesson: Lesson) -> tuple[Lesson, bool]:
+        now = datetime.now(UTC).isoformat()
+        row = db.execute("SELECT body, count FROM lessons WHERE id = ?", (lesson.id,)).fetchone()
+        if row is None:
             db.execute(
-                "UPDATE lessons SET body = ?, count = ?, updated_at = ? WHERE id = ?",
-                (merged.model_dump_json(), merged.count, now, lesson.id),
+                "INSERT INTO lessons (id, refuted_kind, body, count, times_retrieved, times_helped, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    lesson.id,
+                    lesson.refuted_kind,
+                    lesson.model_dump_json(),
+                    lesson.count,
+                    lesson.times_retrieved,
+                    lesson.times_helped,
+                    lesson.created_at.isoformat(),
+                    now,
+                ),
             )
-            return merged, True
+            return lesson, False
+        stored = self._lesson(row[0], count=row[1])
+        merged = merge(stored, lesson)
+        db.execute(
+            "UPDATE lessons SET body = ?, count = ?, updated_at = ? WHERE id = ?",
+            (merged.model_dump_json(), merged.count, now, lesson.id),
+        )
+        return merged, True
 
     def replace_lesson(self, lesson: Lesson) -> None:
         with self._transaction() as db:
@@ -205,21 +366,24 @@ class Store:
     # ------------------------------------------------------------ investigations
 
     def save_investigation(self, report: Report) -> None:
-        rc = report.root_cause
         with self._transaction() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO investigations (incident_id, created_at, status, root_component, root_kind,"
-                " report, lessons_used) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    report.incident.id,
-                    datetime.now(UTC).isoformat(),
-                    report.status,
-                    rc.component if rc else None,
-                    rc.kind if rc else None,
-                    report.model_dump_json(),
-                    json.dumps([u.lesson_id for u in report.lessons_used]),
-                ),
-            )
+            self._save_investigation(db, report.incident.id, FinishedReport.of(report))
+
+    @staticmethod
+    def _save_investigation(db: sqlite3.Connection, incident_id: str, finished: FinishedReport) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO investigations (incident_id, created_at, status, root_component, root_kind,"
+            " report, lessons_used) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                incident_id,
+                datetime.now(UTC).isoformat(),
+                finished.status,
+                finished.root_component,
+                finished.root_kind,
+                finished.report,
+                json.dumps(finished.lessons_used),
+            ),
+        )
 
     def investigation(self, incident_id: str) -> InvestigationRecord:
         with self._guard():
@@ -256,3 +420,246 @@ class Store:
             ).rowcount
         if not found:
             raise StoreError(f"no investigation {incident_id}", path=self.path)
+
+    # ------------------------------------------------------------ the webhook service
+
+    def defer_checkpoints(self) -> None:
+        """This connection's commits stop copying the WAL into the database file: whoever calls
+        :meth:`checkpoint` does it instead, off the path that answers webhooks."""
+        with self._guard():
+            self._db.execute("PRAGMA wal_autocheckpoint = 0")
+
+    def checkpoint(self) -> None:
+        with self._guard():
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def accept(self, notifications: Sequence[NotificationIn]) -> list[Accepted]:
+        """Persist notifications in one transaction (the service commits concurrent requests
+        together), deduplicated by alert group: a group with an open incident updates it, a
+        ``resolved`` one resolves it; a firing group without one opens an incident and queues a job."""
+        out: list[Accepted] = []
+        with self._transaction() as db:
+            for n in notifications:
+                when = n.received_at.isoformat()
+                row = db.execute(
+                    "SELECT id FROM incidents WHERE group_key = ? AND resolved_at IS NULL", (n.group_key,)
+                ).fetchone()
+                incident_id: str | None = row[0] if row else None
+                action: Literal["opened", "updated", "resolved", "ignored"]
+                if incident_id is None:
+                    action = "ignored" if n.status == "resolved" else "opened"
+                else:
+                    action = "resolved" if n.status == "resolved" else "updated"
+                cur = db.execute(
+                    "INSERT INTO notifications (incident_id, group_key, status, action, received_at, payload)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (incident_id, n.group_key, n.status, action, when, n.payload),
+                )
+                notification_id = int(cur.lastrowid or 0)
+                job_id = None
+                if action == "opened":
+                    digest = hashlib.sha1(f"{n.group_key}|{when}|{notification_id}".encode()).hexdigest()[:12]
+                    incident_id = f"inc-{digest}"
+                    db.execute(
+                        "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title,"
+                        " receiver, created_at, updated_at) VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?)",
+                        (incident_id, n.group_key, n.service, n.alertname, n.title, n.receiver, when, when),
+                    )
+                    db.execute("UPDATE notifications SET incident_id = ? WHERE id = ?", (incident_id, notification_id))
+                    cur = db.execute(
+                        "INSERT INTO jobs (incident_id, notification_id, status, created_at, updated_at)"
+                        " VALUES (?, ?, 'queued', ?, ?)",
+                        (incident_id, notification_id, when, when),
+                    )
+                    job_id = int(cur.lastrowid or 0)
+                elif action in ("updated", "resolved"):
+                    db.execute(
+                        "UPDATE incidents SET notifications = notifications + 1, updated_at = ?,"
+                        " state = CASE WHEN ? = 'resolved' THEN 'resolved' ELSE state END,"
+                        " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END WHERE id = ?",
+                        (when, action, action, when, incident_id),
+                    )
+                out.append(
+                    Accepted(notification_id=notification_id, incident_id=incident_id, action=action, job_id=job_id)
+                )
+        return out
+
+    def claim_job(self, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
+        """The oldest queued job (or one whose lease ran out), leased to ``owner``. A job tried
+        ``max_attempts`` times already is marked failed instead, so a poison job cannot loop."""
+        stamp = datetime.fromtimestamp(now, UTC).isoformat()
+        with self._transaction() as db:
+            while True:
+                row = db.execute(
+                    "SELECT j.id, j.incident_id, j.attempts, n.payload FROM jobs j JOIN notifications n"
+                    " ON n.id = j.notification_id WHERE j.status = 'queued' OR (j.status = 'running'"
+                    " AND j.lease_until < ?) ORDER BY j.id LIMIT 1",
+                    (now,),
+                ).fetchone()
+                if row is None:
+                    return None
+                job_id, incident_id, attempts, payload = row
+                if attempts >= max_attempts:
+                    error = f"gave up after {attempts} attempt(s): the worker died or timed out each time"
+                    self._end_job(db, job_id, incident_id, status="failed", error=error, stamp=stamp)
+                    continue
+                db.execute(
+                    "UPDATE jobs SET status = 'running', owner = ?, lease_until = ?, attempts = attempts + 1,"
+                    " updated_at = ? WHERE id = ?",
+                    (owner, now + lease_s, stamp, job_id),
+                )
+                db.execute(
+                    "UPDATE incidents SET investigation = 'running', updated_at = ? WHERE id = ?", (stamp, incident_id)
+                )
+                return ClaimedJob(id=job_id, incident_id=incident_id, attempts=attempts + 1, payload=payload)
+
+    def renew_leases(self, job_ids: Sequence[int], *, owner: str, until: float) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "UPDATE jobs SET lease_until = ? WHERE id = ? AND owner = ? AND status = 'running'",
+                [(until, job_id, owner) for job_id in job_ids],
+            )
+
+    def requeue_orphans(self, is_orphan: Callable[[str], bool]) -> list[int]:
+        """Running jobs whose owner is gone (a process killed between accept and completion) go
+        back to the queue at once, rather than when their lease runs out."""
+        with self._transaction() as db:
+            rows = db.execute("SELECT id, incident_id, owner FROM jobs WHERE status = 'running'").fetchall()
+            orphans = [(job_id, incident_id) for job_id, incident_id, owner in rows if is_orphan(owner or "")]
+            for job_id, incident_id in orphans:
+                db.execute(
+                    "UPDATE jobs SET status = 'queued', owner = NULL, lease_until = NULL WHERE id = ?", (job_id,)
+                )
+                db.execute("UPDATE incidents SET investigation = 'queued' WHERE id = ?", (incident_id,))
+        return [job_id for job_id, _ in orphans]
+
+    def release_job(self, job_id: int, *, owner: str, error: str, attempt: bool = True) -> None:
+        """Give a running job back to the queue: after a failure worth retrying (the attempt counts),
+        or because the service is stopping (``attempt=False``: it does not)."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT incident_id FROM jobs WHERE id = ? AND owner = ? AND status = 'running'", (job_id, owner)
+            ).fetchone()
+            if row is None:
+                return
+            db.execute(
+                "UPDATE jobs SET status = 'queued', owner = NULL, lease_until = NULL, error = ?,"
+                " attempts = attempts - ? WHERE id = ?",
+                (error, 0 if attempt else 1, job_id),
+            )
+            db.execute("UPDATE incidents SET investigation = 'queued', error = ? WHERE id = ?", (error, row[0]))
+
+    def finish_job(
+        self,
+        job_id: int,
+        *,
+        owner: str,
+        now: datetime,
+        outcome: JobOutcome | None = None,
+        report: FinishedReport | None = None,
+        error: str | None = None,
+    ) -> IncidentRecord | None:
+        """Record how a job ended, in one transaction: its outcome on the incident, its report, the
+        lessons it used and taught; or the error that failed it. A job this owner no longer holds
+        (its lease ran out and another took it) is left alone: None."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT incident_id FROM jobs WHERE id = ? AND owner = ? AND status = 'running'", (job_id, owner)
+            ).fetchone()
+            if row is None:
+                return None
+            incident_id = row[0]
+            stamp = now.isoformat()
+            if outcome is None:
+                self._end_job(db, job_id, incident_id, status="failed", error=error or "failed", stamp=stamp)
+            else:
+                self._end_job(db, job_id, incident_id, status="done", error=None, stamp=stamp)
+                if report is not None:
+                    self._save_investigation(db, incident_id, report)
+                    db.executemany(
+                        "UPDATE lessons SET times_retrieved = times_retrieved + 1 WHERE id = ?",
+                        [(i,) for i in report.lessons_used],
+                    )
+                    for lesson in report.lessons:
+                        self._upsert_lesson(db, lesson)
+                db.execute(
+                    "UPDATE incidents SET outcome = ?, root_component = ?, root_kind = ?, summary = ?, source = ?,"
+                    " wall_ms = ?, charts = ?, error = NULL WHERE id = ?",
+                    (
+                        outcome.outcome,
+                        outcome.root_component,
+                        outcome.root_kind,
+                        outcome.summary,
+                        outcome.source,
+                        outcome.wall_ms,
+                        outcome.charts,
+                        incident_id,
+                    ),
+                )
+            found = db.execute(f"SELECT {_INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return _incident(found)
+
+    @staticmethod
+    def _end_job(
+        db: sqlite3.Connection, job_id: int, incident_id: str, *, status: str, error: str | None, stamp: str
+    ) -> None:
+        db.execute(
+            "UPDATE jobs SET status = ?, error = ?, lease_until = NULL, updated_at = ? WHERE id = ?",
+            (status, error, stamp, job_id),
+        )
+        db.execute(
+            "UPDATE incidents SET investigation = ?, error = ?, outcome = CASE WHEN ? = 'failed' THEN 'failed'"
+            " ELSE outcome END, updated_at = ? WHERE id = ?",
+            (status, error, status, stamp, incident_id),
+        )
+
+    def job_counts(self) -> dict[str, int]:
+        with self._guard():
+            rows = self._db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+        counts = dict.fromkeys(("queued", "running", "done", "failed"), 0)
+        counts.update({status: n for status, n in rows})
+        return counts
+
+    def notification_count(self) -> int:
+        with self._guard():
+            return int(self._db.execute("SELECT COUNT(*) FROM notifications").fetchone()[0])
+
+    def incidents(
+        self,
+        *,
+        state: IncidentState | None = None,
+        investigation: InvestigationState | None = None,
+        service: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[IncidentRecord]:
+        """Incidents, most recent first."""
+        where, args = [], []
+        for column, value in (("state", state), ("investigation", investigation), ("service", service)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        with self._guard():
+            rows = self._db.execute(
+                f"SELECT {_INCIDENT_COLUMNS} FROM incidents{clause} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+                (*args, limit, offset),
+            ).fetchall()
+        return [_incident(r) for r in rows]
+
+    def incident(self, incident_id: str) -> IncidentRecord | None:
+        with self._guard():
+            row = self._db.execute(f"SELECT {_INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return _incident(row) if row is not None else None
+
+    def incident_charts(self, incident_id: str) -> str:
+        with self._guard():
+            row = self._db.execute("SELECT charts FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return row[0] if row is not None else "[]"
+
+    def has_report(self, incident_id: str) -> bool:
+        with self._guard():
+            return (
+                self._db.execute("SELECT 1 FROM investigations WHERE incident_id = ?", (incident_id,)).fetchone()
+                is not None
+            )

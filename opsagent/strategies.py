@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
 
 from opsagent.errors import ConfigError
 from opsagent.fixtures import Edge
 from opsagent.lessons import Retrieved, concrete
 from opsagent.loop import Meter, verify
-from opsagent.models import CHANGE_KINDS, Action, Hypothesis, HypothesisResult, Incident, LogsData, Observation
+from opsagent.models import (
+    CHANGE_KINDS,
+    Action,
+    Hypothesis,
+    HypothesisResult,
+    Incident,
+    Lesson,
+    LogsData,
+    Observation,
+)
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
 from opsagent.triage import ComponentProfile, Triage, descendants, profiles_from, triage
@@ -40,6 +51,39 @@ def no_lessons(found: Triage) -> list[Retrieved]:
 
 #: A candidate scoring below this share of the round's best waits for the next beam (pruning).
 BEAM_FLOOR = 0.2
+
+
+@runtime_checkable
+class AsyncReasoner(Protocol):
+    """A reasoner that thinks over the network (a model): it proposes and reflects asynchronously."""
+
+    async def apropose(
+        self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Retrieved], exclude: set[str]
+    ) -> list[Hypothesis]: ...
+
+    async def areflect(
+        self, incident: Incident, result: HypothesisResult, now: datetime, observations: Mapping[str, Observation]
+    ) -> Lesson | None: ...
+
+
+async def propose(
+    reasoner: Reasoner, incident: Incident, found: Triage, *, k: int, lessons: Sequence[Retrieved], exclude: set[str]
+) -> list[Hypothesis]:
+    if isinstance(reasoner, AsyncReasoner):
+        return await reasoner.apropose(incident, found, k=k, lessons=lessons, exclude=exclude)
+    return reasoner.propose(incident, found, k=k, lessons=lessons, exclude=exclude)
+
+
+async def reflect(
+    reasoner: Reasoner,
+    incident: Incident,
+    result: HypothesisResult,
+    now: datetime,
+    observations: Mapping[str, Observation],
+) -> Lesson | None:
+    if isinstance(reasoner, AsyncReasoner):
+        return await reasoner.areflect(incident, result, now, observations)
+    return reasoner.reflect(incident, result, now, observations)
 
 
 class Strategy:
@@ -80,7 +124,7 @@ class Hybrid(Strategy):
         proposed: list[Hypothesis] = []
         results: list[HypothesisResult] = []
         while not _spent(meter, results):
-            candidates = reasoner.propose(incident, found, k=k, lessons=lessons, exclude=tried)
+            candidates = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=tried)
             if not candidates:
                 break
             queue = reasoner.rank(incident, candidates, found, lessons)
@@ -174,7 +218,7 @@ class GreedyReact(Strategy):
         chased: set[str] = set()
         proposed: list[Hypothesis] = []
         while not meter.exhausted(0):
-            loudest = _next_loudest(found, reasoner, incident, chased, avoid)
+            loudest = await _next_loudest(found, reasoner, incident, chased, avoid)
             if loudest is None:
                 break
             chased.add(loudest.id)
@@ -219,7 +263,7 @@ def _loudness(incident: Incident, seen: list[Observation], topology: list[Edge])
     return Triage(graph=topology, components=components, observation_ids=[o.id for o in seen], source_kinds=kinds)
 
 
-def _next_loudest(
+async def _next_loudest(
     found: Triage, reasoner: Reasoner, incident: Incident, chased: set[str], avoid: set[tuple[str, str | None]]
 ) -> Hypothesis | None:
     """The hypothesis behind the single loudest feature not yet chased, skipping dead ends lessons know."""
@@ -228,7 +272,7 @@ def _next_loudest(
         key=lambda x: (-x[0], x[1], x[2]),
     )
     if not isinstance(reasoner, PlaybookReasoner):
-        proposals = reasoner.propose(incident, found, k=1, lessons=[], exclude=chased)
+        proposals = await propose(reasoner, incident, found, k=1, lessons=[], exclude=chased)
         return proposals[0] if proposals else None
     for _, component, feature in features:
         comp = found.profile(component)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
@@ -29,12 +30,19 @@ from opsagent.models import (
     SourceKind,
     TracesData,
 )
+from opsagent.stats import shortfall_ratio
 from opsagent.tools import Toolbox
 
 #: A change this long before onset (minutes) still counts as "just before".
 CHANGE_LOOKBACK_MIN = 30.0
 #: How much of a caller's anomaly an anomalous callee explains away.
 EXPLAIN_AWAY = 0.6
+#: Features of the requests a component receives: for a callee, its callers' doing.
+TRAFFIC = "signal:request_rate:"
+#: Features that say a component fails (rather than slows down).
+FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
+#: How much of a caller's failures a dependency that only slowed down explains (timeouts).
+SLOW_EXPLAINS_FAILING = 0.5
 
 
 class ComponentProfile(BaseModel):
@@ -65,9 +73,13 @@ class Triage(BaseModel):
 
 
 def _magnitude(s: SeriesStats) -> float:
-    if s.direction not in ("up", "down") or s.mean_ratio is None or s.mean_ratio <= 0:
+    if s.direction not in ("up", "down"):
         return 0.0
-    ratio = s.mean_ratio if s.mean_ratio != math.inf else 1e3
+    # An availability-like ratio moves by its shortfall: 99.9% -> 99% is ten times the failures.
+    ratio = (shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None) or s.mean_ratio
+    if ratio is None or ratio <= 0:
+        return 0.0
+    ratio = ratio if ratio != math.inf else 1e3
     return min(abs(math.log2(ratio)), 3.0) + 0.25
 
 
@@ -76,6 +88,23 @@ def descendants(graph: list[Edge], roots: tuple[str, ...]) -> set[str]:
     frontier = list(roots)
     while frontier:
         node = frontier.pop()
+        for e in graph:
+            if e.caller == node and e.callee not in seen:
+                seen.add(e.callee)
+                frontier.append(e.callee)
+    return seen
+
+
+def _anomalous_reach(graph: list[Edge], roots: tuple[str, ...], own: dict[str, float]) -> set[str]:
+    """Components the alert can be traced to through anomalous callers: a fault reaches the alerting
+    service only through components it disturbs. A component with no telemetry is unknown, not
+    quiet, so the path may pass through it; one that shows nothing blocks it."""
+    seen = set(roots)
+    frontier = list(roots)
+    while frontier:
+        node = frontier.pop()
+        if node not in roots and own.get(node, 0.0) <= 0 and node in own:
+            continue
         for e in graph:
             if e.caller == node and e.callee not in seen:
                 seen.add(e.callee)
@@ -116,15 +145,18 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     used = [scan, changes, traces, logs_all, *per_service]
     profiles = profiles_from(used, incident)
     _add_caller_features(profiles, graph)
-    own = {c: _own_score(p.features) for c, p in profiles.items()}
-    components = set(own) | {e.caller for e in graph} | {e.callee for e in graph} | set(incident.services)
+    called = {e.callee for e in graph}
+    own = {c: _own_score(p.features, called=c in called) for c, p in profiles.items()}
+    components = set(own) | {e.caller for e in graph} | called | set(incident.services)
     reach = descendants(graph, incident.services) if graph else components
-    scores = _propagate(own, graph, profiles)
+    traced = {t.service for t in traces.data.services} if isinstance(traces.data, TracesData) else set()
+    scores = _propagate(own, graph + _fronted(graph, profiles, traced), profiles)
+    carried = _anomalous_reach(graph, incident.services, own) if graph else components
     out = []
     for c in components:
         p = profiles.get(c, Profile())
         reachable = c in reach
-        score = scores.get(c, 0.0) * (1.0 if reachable else 0.5)
+        score = scores.get(c, 0.0) * (1.0 if reachable and c in carried else 0.5)
         out.append(
             ComponentProfile(
                 component=c,
@@ -237,8 +269,18 @@ def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: 
                 profile.add(f"log:new:{fam}", 0.5, obs, f"new '{fam}' errors [{t.id}]")
 
 
-def _own_score(features: dict[str, float]) -> float:
-    metric = sorted((v for k, v in features.items() if k.startswith(("signal:", "near_limit:"))), reverse=True)
+def _own_score(features: dict[str, float], *, called: bool = False) -> float:
+    """How anomalous a component is on its own evidence. The requests a component receives are its
+    callers' doing (a retry storm, a caller gone quiet), so for a callee they do not count: only
+    where traffic arrives from outside (no callers) is a change in it the component's own."""
+    metric = sorted(
+        (
+            v
+            for k, v in features.items()
+            if k.startswith(("signal:", "near_limit:")) and not (called and k.startswith(TRAFFIC))
+        ),
+        reverse=True,
+    )
     score = (metric[0] + 0.3 * sum(metric[1:4])) if metric else 0.0
     score += features.get("trace:self_time_up", 0.0) * 1.5 + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in features.items() if k.startswith("log:")), 2.0)
@@ -246,36 +288,77 @@ def _own_score(features: dict[str, float]) -> float:
     return score
 
 
+def _fronted(graph: list[Edge], profiles: dict[str, Profile], traced: set[str]) -> list[Edge]:
+    """Edges the graph cannot show: an uninstrumented leaf (a load balancer, a remote endpoint, known
+    only from its callers' side) may front a sibling its caller also reaches directly.
+
+    A leaf with no spans of its own has unknown callees, while an instrumented sibling's callees are
+    known and do not include the leaf. So when both show the same symptom, the sibling's anomaly can
+    explain the leaf's (the leaf may sit in front of it) and not the other way round: the leaf is
+    given the sibling as a possible callee, and explaining-away does the rest."""
+    callees: dict[str, set[str]] = defaultdict(set)
+    for e in graph:
+        callees[e.caller].add(e.callee)
+    out = []
+    for below in callees.values():
+        for leaf in sorted(below):
+            if callees.get(leaf) or leaf in traced or leaf not in profiles:
+                continue
+            symptoms = _symptoms(profiles[leaf].features)
+            for sibling in sorted(below - {leaf}):
+                if callees.get(sibling) and sibling in profiles and symptoms & _symptoms(profiles[sibling].features):
+                    out.append(Edge(caller=leaf, callee=sibling, source="declared"))
+    return out
+
+
+def _symptoms(features: dict[str, float]) -> set[str]:
+    return {k for k in features if k.startswith("signal:") and not k.startswith(TRAFFIC)}
+
+
 def _propagate(own: dict[str, float], graph: list[Edge], profiles: dict[str, Profile]) -> dict[str, float]:
-    """Callers whose anomaly an anomalous callee explains give way; such callees gain a little."""
+    """Callers whose anomaly an anomalous callee explains give way; such callees gain a little.
+
+    Failures are explained by failures: a dependency that fails accounts for its callers' errors,
+    one that only slowed down accounts for them in part (timeouts), so a failing caller above a
+    merely slow dependency keeps most of its own score."""
     callees: dict[str, set[str]] = defaultdict(set)
     callers: dict[str, set[str]] = defaultdict(set)
     for e in graph:
         callees[e.caller].add(e.callee)
         callers[e.callee].add(e.caller)
-    memo: dict[str, float] = {}
+    failing = {
+        n: _own_score({k: v for k, v in p.features.items() if k.startswith(FAILURES)}) for n, p in profiles.items()
+    }
 
-    def downstream_max(node: str, seen: frozenset[str]) -> float:
-        if node in memo:
-            return memo[node]
-        best = 0.0
-        for d in callees.get(node, ()):
-            if d not in seen:
-                best = max(best, own.get(d, 0.0), downstream_max(d, seen | {d}))
-        memo[node] = best
-        return best
+    def downstream_max(scores: dict[str, float]) -> Callable[[str, frozenset[str]], float]:
+        memo: dict[str, float] = {}
 
+        def walk(node: str, seen: frozenset[str]) -> float:
+            if node in memo:
+                return memo[node]
+            best = 0.0
+            for d in callees.get(node, ()):
+                if d not in seen:
+                    best = max(best, scores.get(d, 0.0), walk(d, seen | {d}))
+            memo[node] = best
+            return best
+
+        return walk
+
+    below_any, below_failing = downstream_max(own), downstream_max(failing)
     out: dict[str, float] = {}
     for node in set(own) | set(callees) | set(callers):
         mine = own.get(node, 0.0)
         if mine <= 0:
             out[node] = 0.0
             continue
-        below = downstream_max(node, frozenset({node}))
+        explained = min(below_any(node, frozenset({node})) / mine, 1.0)
+        share = min(failing.get(node, 0.0) / mine, 1.0)
+        if share:
+            by_failures = min(below_failing(node, frozenset({node})) / mine, 1.0)
+            explained = (1 - share) * explained + share * max(by_failures, SLOW_EXPLAINS_FAILING * explained)
         features = profiles[node].features if node in profiles else {}
-        self_up = "trace:self_time_up" in features
-        explained = min(below / mine, 1.0) if below > 0 else 0.0
-        if self_up:
+        if "trace:self_time_up" in features:
             explained *= 0.3  # it is slow on its own, not only waiting
         score = mine * (1 - EXPLAIN_AWAY * explained)
         up = max((own.get(c, 0.0) for c in callers.get(node, ())), default=0.0)

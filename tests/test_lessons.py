@@ -14,7 +14,7 @@ from opsagent.models import Action, Citation, Lesson, LessonTrigger, Symptom
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
-from opsagent.store import Store, StoreError
+from opsagent.store import MIGRATIONS, Store, StoreError
 from tests.conftest import ORDER_INCIDENT
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -63,7 +63,7 @@ def test_store_migrates_merges_near_duplicates_and_counts_use(tmp_path: Path) ->
     assert not merged and merged_again and first.id == again.id != other.id
     assert stored.count == 2 and stored.seen_in == ["inc-1", "inc-2"] and stored.times_helped == 1
     assert stored.services == ["order-service", "payment-service"]
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     with Store(path) as reopened:  # a second process sees the same lessons
         assert {le.id for le in reopened.lessons()} == {first.id, other.id}
 

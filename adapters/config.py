@@ -1,0 +1,232 @@
+"""Live sources built from configuration (:mod:`adapters.sourceconfig`), and the live catalog.
+
+:func:`open_live_sources` builds a reader per configured instance (secrets from the environment),
+wraps them (rate limit, recording), fans several instances of a kind into one, and puts the live
+sources over them; the :class:`LiveSources` it returns owns the clients and closes them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import yaml
+from pydantic import ValidationError
+
+from adapters.changes_git import GitChangesReader, git_cli
+from adapters.changes_http import HttpChangesReader
+from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
+from adapters.jaeger import JaegerReader
+from adapters.live import (
+    ChangesFanOut,
+    LiveChanges,
+    LiveLogs,
+    LiveMetrics,
+    LiveTraces,
+    LogsFanOut,
+    MetricsFanOut,
+    TracesFanOut,
+)
+from adapters.prometheus import PrometheusReader, prometheus_client
+from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
+from adapters.sourceconfig import (
+    AnySourceConfig,
+    ChangeFeedConfig,
+    ElasticsearchConfig,
+    GitConfig,
+    HttpSourceConfig,
+    JaegerConfig,
+    PrometheusConfig,
+    SourcesConfig,
+)
+from adapters.tempo import TempoReader
+from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
+from opsagent.catalog import SignalCatalog, default_catalog
+from opsagent.errors import ConfigError
+from opsagent.fixtures import SignalDef
+from opsagent.logsummary import Summariser
+from opsagent.tools import Sources
+
+if TYPE_CHECKING:
+    from opsagent.settings import Settings
+
+# ---------------------------------------------------------------- the live catalog
+
+
+@cache
+def _live_signals() -> dict[str, SignalDef]:
+    text = resources.files("opsagent").joinpath("data/signals_live.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    try:
+        return {name: SignalDef.model_validate(entry) for name, entry in raw.items()}
+    except ValidationError as exc:  # a packaging mistake, not user input
+        raise ConfigError(f"live signal catalog is invalid: {exc}") from exc
+
+
+def live_catalog(overrides: Mapping[str, SignalDef] | None = None) -> SignalCatalog:
+    """The replay catalog with the live PromQL defaults on top, then a deployment's overrides."""
+    return default_catalog().merged(_live_signals()).merged(dict(overrides or {}))
+
+
+def scan_catalog(overrides: Mapping[str, SignalDef] | None = None) -> SignalCatalog:
+    """The catalog triage's scan names series by: metric names map to signals only through plain
+    selectors, so the replay catalog and a deployment's selector overrides."""
+    return default_catalog().merged(dict(overrides or {}))
+
+
+# ---------------------------------------------------------------- building
+
+
+def httpx_client(config: HttpSourceConfig, environ: Mapping[str, str]) -> httpx.AsyncClient:
+    token, basic = config.credentials(environ)
+    headers = dict(config.headers)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.AsyncClient(
+        base_url=config.url, headers=headers, auth=basic, verify=config.verify, timeout=config.timeout_s
+    )
+
+
+def reader_for(config: AnySourceConfig, environ: Mapping[str, str]) -> Any:
+    """One reader for one configured instance (no wrappers)."""
+    if isinstance(config, PrometheusConfig):
+        token, basic = config.credentials(environ)
+        client = prometheus_client(
+            config.url,
+            token=token,
+            username=basic[0] if basic else None,
+            password=basic[1] if basic else None,
+            verify=config.verify,
+            timeout_s=config.timeout_s,
+            headers=config.headers,
+        )
+        return PrometheusReader(
+            client,
+            name=config.name,
+            max_points=config.max_points,
+            min_step_s=config.min_step_s,
+            scan_match=config.scan_match,
+            scan_max_series=config.scan_max_series,
+            concurrency=config.concurrency,
+        )
+    if isinstance(config, ElasticsearchConfig):
+        es = elasticsearch_client(
+            config.url,
+            flavour=config.flavour,
+            api_key=config.secret("api_key", environ) if config.auth == "api_key" else None,
+            username=config.username if config.auth == "basic" else None,
+            password=config.secret("password", environ) if config.auth == "basic" else None,
+            verify=config.verify,
+            timeout_s=config.timeout_s,
+        )
+        return ElasticsearchReader(
+            es,
+            name=config.name,
+            index=config.index,
+            fields=config.fields,
+            flavour=config.flavour,
+            max_hits=config.max_hits,
+            page_size=config.page_size,
+        )
+    if isinstance(config, GitConfig):
+        return GitChangesReader(
+            git_cli(config.path, timeout_s=config.timeout_s),
+            name=config.name,
+            rules=config.rules,
+            ref=config.ref,
+            config_files=config.config_files,
+        )
+    if isinstance(config, ChangeFeedConfig):
+        return HttpChangesReader(
+            httpx_client(config, environ), name=config.name, query=config.query, fields=config.fields
+        )
+    if isinstance(config, JaegerConfig):
+        return JaegerReader(
+            httpx_client(config, environ),
+            name=config.name,
+            max_traces=config.max_traces,
+            max_services=config.max_services,
+        )
+    return TempoReader(httpx_client(config, environ), name=config.name, max_traces=config.max_traces)
+
+
+async def close_reader(reader: Any) -> None:
+    """Close the client a reader holds, whatever kind it is."""
+    client = getattr(reader, "client", None)
+    if isinstance(client, httpx.AsyncClient):
+        await client.aclose()
+    elif client is not None and hasattr(client, "close"):
+        result = client.close()
+        if hasattr(result, "__await__"):
+            await result
+
+
+@dataclass
+class LiveSources:
+    """The sources an investigation reads, the catalog to read them with, and the clients to close."""
+
+    sources: Sources
+    catalog: SignalCatalog
+    readers: list[Any] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        for reader in self.readers:
+            await close_reader(reader)
+
+    async def __aenter__(self) -> LiveSources:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def open_live_sources(
+    config: SourcesConfig,
+    *,
+    signals: Mapping[str, SignalDef] | None = None,
+    environ: Mapping[str, str] | None = None,
+    recorder: Recorder | None = None,
+    summariser: Summariser | None = None,
+) -> LiveSources:
+    """Readers for every configured instance, wrapped (rate limit, recording), several of a kind
+    fanned into one, under the live sources."""
+    env = os.environ if environ is None else environ
+    raw: list[Any] = []
+    by_kind: dict[str, list[Any]] = {"metrics": [], "logs": [], "changes": [], "traces": []}
+    for cfg in config.all():
+        reader = reader_for(cfg, env)
+        raw.append(reader)
+        wrapped: Any = reader
+        if cfg.rate_limit_per_s:
+            wrapped = rate_limited(wrapped, RateLimiter(rate=cfg.rate_limit_per_s))
+        if recorder is not None:
+            wrapped = recorded(wrapped, recorder)
+        by_kind[reader.name.split(":")[0]].append(wrapped)
+    catalog = live_catalog(signals)
+    metrics: Sequence[MetricsReader] = by_kind["metrics"]
+    logs: Sequence[LogsReader] = by_kind["logs"]
+    changes: Sequence[ChangesReader] = by_kind["changes"]
+    traces: Sequence[TracesReader] = by_kind["traces"]
+    sources = Sources(
+        metrics=LiveMetrics(
+            metrics[0] if len(metrics) == 1 else MetricsFanOut(metrics),
+            catalog=catalog,
+            scan_catalog=scan_catalog(signals),
+        )
+        if metrics
+        else None,
+        logs=LiveLogs(logs[0] if len(logs) == 1 else LogsFanOut(logs), summariser=summariser) if logs else None,
+        changes=LiveChanges(changes[0] if len(changes) == 1 else ChangesFanOut(changes)) if changes else None,
+        traces=LiveTraces(traces[0] if len(traces) == 1 else TracesFanOut(traces)) if traces else None,
+    )
+    return LiveSources(sources=sources, catalog=catalog, readers=raw)
+
+
+def sources_from_settings(settings: Settings, *, recorder: Recorder | None = None) -> LiveSources:
+    """What ``opsagent investigate ALERT_FILE`` reads: every source the settings configure."""
+    return open_live_sources(settings.sources, signals=settings.signals, recorder=recorder)

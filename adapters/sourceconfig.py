@@ -1,0 +1,266 @@
+"""The ``sources:`` section of the configuration: which systems to read and how to reach them.
+
+Instances are listed per kind (several Prometheus, several log clusters…), each named. Secrets never
+live in the file: each comes from the environment as ``OPSAGENT_<KIND>_<NAME>_<SECRET>`` (e.g.
+``OPSAGENT_PROMETHEUS_MAIN_TOKEN``, ``OPSAGENT_ELASTICSEARCH_LOGS_API_KEY``, see :func:`secret_env`),
+and a secret written in the file is refused with the variable to set instead. Models only: no
+client is imported here (building is :mod:`adapters.config`), so loading settings stays cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Kind = Literal["prometheus", "elasticsearch", "git", "change_feed", "jaeger", "tempo"]
+Secret = Literal["token", "password", "api_key"]
+ChangeKind = Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
+TimeFormat = Literal["rfc3339", "unix", "unix_ms"]
+_SECRET_KEYS = {"token", "password", "api_key", "apikey", "secret", "bearer", "bearer_token", "credentials"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+#: Where triage's scan looks: series carrying one of the labels that name a component.
+DEFAULT_SCAN_MATCH = ('{service!=""}', '{app!=""}', '{application!=""}', '{service_name!=""}', '{callee!=""}')
+#: Files whose changed lines are worth showing whole: configuration, not code.
+CONFIG_FILES = ("*.yaml", "*.yml", "*.json", "*.properties", "*.toml", "*.ini", "*.env", "*.conf", "*.tf", "*.hcl")
+
+
+class LogFields(BaseModel):
+    """Where each part of a log record lives in the documents. Defaults: ECS."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timestamp: str = "@timestamp"
+    service: str = "service.name"
+    level: str = "log.level"
+    message: str = "message"
+    trace_id: str | None = "trace.id"
+    pod: str | None = "kubernetes.pod.name"
+
+    def wanted(self) -> list[str]:
+        return [f for f in (self.timestamp, self.service, self.level, self.message, self.trace_id, self.pod) if f]
+
+
+class PathRule(BaseModel):
+    """Files matching ``pattern`` belong to a service: ``{service}`` in the pattern captures it
+    (``apps/{service}/**``), or ``service`` names it (``infra/**`` -> platform)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pattern: str
+    service: str | None = None
+    kind: ChangeKind | None = None
+
+    def match(self, path: str) -> str | None:
+        found = _compiled(self.pattern).fullmatch(path)
+        if found is None:
+            return None
+        return found.groupdict().get("service") or self.service
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("{service}", i):
+            out += r"(?P<service>[^/]+)"
+            i += len("{service}")
+        elif pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pattern[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif pattern[i] == "?":
+            out += "[^/]"
+            i += 1
+        else:
+            out += re.escape(pattern[i])
+            i += 1
+    return re.compile(out)
+
+
+class FeedFields(BaseModel):
+    """Dotted paths of each change field within one item of the feed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = "id"
+    ts: str = "timestamp"
+    end: str | None = None
+    service: str = "service"
+    kind: str | None = "kind"
+    summary: str = "summary"
+    author: str | None = "author"
+    from_version: str | None = "from_version"
+    to_version: str | None = "to_version"
+    diff: str | None = None
+
+
+class FeedQuery(BaseModel):
+    """How the feed is asked: path, parameter names, time format, where the list is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = ""
+    items: str = Field(default="", description="dotted path of the list in the answer; empty: the answer is the list")
+    since_param: str = "since"
+    until_param: str = "until"
+    service_param: str | None = None
+    time_format: TimeFormat = "rfc3339"
+    params: dict[str, str] = Field(default_factory=dict, description="fixed extra query parameters")
+    kinds: dict[str, str] = Field(default_factory=dict, description="the feed's kind names -> deploy, config, …")
+    default_kind: str = "deploy"
+
+
+def secret_env(kind: str, name: str, secret: Secret) -> str:
+    """The environment variable a secret of a configured source is read from."""
+    return f"OPSAGENT_{kind}_{name}_{secret}".upper().replace("-", "_")
+
+
+class SourceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Kind = "prometheus"  # set by each subclass; not read from the file
+
+    name: str = Field(description="unique within its kind; names the source in reports and its secrets")
+    timeout_s: float = Field(default=10.0, gt=0, description="per HTTP request (the tool layer has its own per call)")
+    rate_limit_per_s: float | None = Field(default=None, gt=0, description="reads a second at most (bursts of as many)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            if "kind" in data and data["kind"] != cls.model_fields["kind"].default:
+                raise ValueError("kind is given by the section the source is listed under")
+            found = sorted(k for k in data if str(k).lower() in _SECRET_KEYS)
+            if found:
+                name = data.get("name", "NAME")
+                kind = cls.model_fields["kind"].default
+                secret: Secret = "api_key" if "api_key" in found else "password" if "password" in found else "token"
+                raise ValueError(
+                    f"{', '.join(found)}: secrets are read from the environment only; remove them from the file "
+                    f"and set {secret_env(kind, str(name), secret)}"
+                )
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError("use letters, digits, - and _ (it becomes part of environment variable names)")
+        return name
+
+    def secret(self, secret: Secret, environ: Mapping[str, str]) -> str | None:
+        return environ.get(secret_env(self.kind, self.name, secret)) or None
+
+
+class HttpSourceConfig(SourceConfig):
+    url: str
+    auth: Literal["none", "bearer", "basic"] = "none"
+    username: str | None = Field(default=None, description="for basic auth; the password comes from the environment")
+    verify: bool | str = Field(default=True, description="TLS: verify (true), do not (false), or a CA bundle path")
+    headers: dict[str, str] = Field(default_factory=dict, description="extra headers, e.g. X-Scope-OrgID (no secrets)")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return url.rstrip("/")
+
+    def credentials(self, environ: Mapping[str, str]) -> tuple[str | None, tuple[str, str] | None]:
+        """(bearer token, basic (user, password)) as configured."""
+        if self.auth == "bearer":
+            return self.secret("token", environ), None
+        if self.auth == "basic":
+            return None, (self.username or "", self.secret("password", environ) or "")
+        return None, None
+
+
+class PrometheusConfig(HttpSourceConfig):
+    kind: Kind = "prometheus"
+    max_points: int = Field(default=300, ge=10, description="points per range query at most")
+    min_step_s: float = Field(default=60.0, gt=0, description="at least the scrape interval")
+    scan_match: list[str] = Field(default_factory=lambda: list(DEFAULT_SCAN_MATCH), min_length=1)
+    scan_max_series: int = Field(default=5000, ge=1)
+    concurrency: int = Field(default=4, ge=1, le=64)
+
+    @field_validator("scan_match")
+    @classmethod
+    def _matchers_only(cls, matches: list[str]) -> list[str]:
+        for m in matches:
+            if not (m.startswith("{") and m.endswith("}")):
+                raise ValueError(f'{m!r}: write label matchers only, e.g. {{service!=""}}')
+        return matches
+
+
+class ElasticsearchConfig(SourceConfig):
+    kind: Kind = "elasticsearch"
+    url: str
+    index: str = Field(default="logs-*", description="index pattern")
+    flavour: Literal["elasticsearch", "opensearch"] = "elasticsearch"
+    auth: Literal["none", "api_key", "basic"] = "none"
+    username: str | None = None
+    verify: bool | str = True
+    fields: LogFields = Field(default_factory=LogFields, description="field names; ECS by default")
+    max_hits: int = Field(default=10_000, ge=1, description="raw lines read per summary at most")
+    page_size: int = Field(default=2_000, ge=1, le=10_000)
+
+
+class GitConfig(SourceConfig):
+    kind: Kind = "git"
+    path: Path = Field(description="a clone of the GitOps/config repository, kept fresh by someone else")
+    ref: str = "HEAD"
+    rules: list[PathRule] = Field(min_length=1, description="which paths belong to which service")
+    config_files: list[str] = Field(default_factory=lambda: list(CONFIG_FILES))
+
+
+class ChangeFeedConfig(HttpSourceConfig):
+    kind: Kind = "change_feed"
+    query: FeedQuery = Field(default_factory=FeedQuery)
+    fields: FeedFields = Field(default_factory=FeedFields)
+
+
+class JaegerConfig(HttpSourceConfig):
+    kind: Kind = "jaeger"
+    max_traces: int = Field(default=200, ge=1, description="traces per service and period")
+    max_services: int = Field(default=50, ge=1)
+
+
+class TempoConfig(HttpSourceConfig):
+    kind: Kind = "tempo"
+    max_traces: int = Field(default=50, ge=1, description="traces per service and period (each one a request)")
+
+
+AnySourceConfig = PrometheusConfig | ElasticsearchConfig | GitConfig | ChangeFeedConfig | JaegerConfig | TempoConfig
+
+
+class SourcesConfig(BaseModel):
+    """Every live source, by kind. Empty: no live source (an alert then finishes with none read)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prometheus: list[PrometheusConfig] = Field(default_factory=list)
+    elasticsearch: list[ElasticsearchConfig] = Field(default_factory=list)
+    git: list[GitConfig] = Field(default_factory=list)
+    change_feed: list[ChangeFeedConfig] = Field(default_factory=list)
+    jaeger: list[JaegerConfig] = Field(default_factory=list)
+    tempo: list[TempoConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SourcesConfig:
+        for kind in ("prometheus", "elasticsearch", "git", "change_feed", "jaeger", "tempo"):
+            names = [c.name for c in getattr(self, kind)]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind}: names must be unique, {', '.join(dupes)} repeated")
+        return self
+
+    def all(self) -> list[AnySourceConfig]:
+        return [*self.prometheus, *self.elasticsearch, *self.git, *self.change_feed, *self.jaeger, *self.tempo]
+
+    def empty(self) -> bool:
+        return not self.all()

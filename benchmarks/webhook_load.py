@@ -1,0 +1,279 @@
+"""Load the webhook service with Alertmanager notifications and measure how fast it accepts them.
+
+    python benchmarks/webhook_load.py [--notifications 2000] [--concurrency 50] [--groups 200]
+                                      [--rate PER_S] [--clients 2] [--workers 2]
+
+Starts ``opsagent serve`` (worker processes, replay sources from fixtures/incidents) on a free
+loopback port with a temporary data directory, warms it up, then sends the notifications with at
+most ``--concurrency`` in flight: one httpx AsyncClient (one keep-alive connection) per sender,
+the senders spread over ``--clients`` processes. Closed loop by default (a sender sends again as
+soon as it is answered); ``--rate`` paces them instead. Prints accepted/s, p50/p99/max accept
+latency as the client saw it, the service's own accept histogram, how many notifications are
+persisted (counted in the store), how many duplicates were collapsed into an open incident, and the
+investigations' state. Each of the ``--groups`` groups opens one incident, whose investigation (the
+order-service recorded incident) runs in a worker process while the rest of the load arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from multiprocessing import get_context
+from multiprocessing.connection import Connection
+from pathlib import Path
+from statistics import quantiles
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from opsagent.store import Store  # noqa: E402
+
+FIXTURE = "order-service-threadpool-config"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def payload(group: int, sequence: int) -> dict[str, Any]:
+    labels = {
+        "alertname": "OrderServiceHighLatency",
+        "service": "order-service",
+        "severity": "page",
+        "cluster": f"c{group}",
+        "opsagent_fixture": FIXTURE,
+    }
+    return {
+        "version": "4",
+        "groupKey": f'{{}}:{{alertname="OrderServiceHighLatency", cluster="c{group}"}}',
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "opsagent",
+        "groupLabels": {"alertname": "OrderServiceHighLatency", "cluster": f"c{group}"},
+        "commonLabels": labels,
+        "commonAnnotations": {"summary": f"order-service p99 latency 2.25s (cluster c{group})"},
+        "externalURL": "http://alertmanager.example:9093",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {**labels, "pod": f"order-service-{sequence % 3}"},
+                "annotations": {"summary": "order-service p99 latency 2.25s"},
+                "startsAt": datetime.now(UTC).isoformat(),
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": "http://prometheus.example:9090/graph",
+                "fingerprint": f"{group:016x}",
+            }
+        ],
+    }
+
+
+async def wait_ready(client: httpx.AsyncClient, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the service exited with {proc.returncode}")
+        try:
+            if (await client.get("/readyz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.1)
+    raise SystemExit("the service did not become ready")
+
+
+async def _send(
+    base: str, token: str, bodies: list[bytes], concurrency: int, rate: float | None, start_at: float
+) -> dict[str, Any]:
+    """``concurrency`` senders, each an AsyncClient with one keep-alive connection (as Alertmanager's
+    senders are; one client whose pool scans 50 connections per request measures httpcore instead).
+    Each connects and makes one untimed request first, then all start together at ``start_at``."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    actions: dict[str, int] = {}
+    queue = iter(enumerate(bodies))
+    clients = [httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) for _ in range(concurrency)]
+    await asyncio.gather(*(c.get("/healthz") for c in clients))  # connected, lazy imports done
+    await asyncio.sleep(max(start_at - time.time(), 0))
+    began = time.perf_counter()
+
+    async def sender(client: httpx.AsyncClient) -> None:
+        for index, body in queue:
+            if rate is not None:  # paced: the i-th notification is due at i / rate
+                await asyncio.sleep(max(began + index / rate - time.perf_counter(), 0))
+            started = time.perf_counter()
+            response = await client.post("/webhook/alertmanager", content=body)
+            latencies.append(time.perf_counter() - started)
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            if response.status_code == 202:
+                action = json.loads(response.content)["action"]
+                actions[action] = actions.get(action, 0) + 1
+
+    await asyncio.gather(*(sender(c) for c in clients))
+    ended = time.perf_counter()
+    for client in clients:
+        await client.aclose()
+    return {"latencies": latencies, "statuses": statuses, "actions": actions, "began": began, "ended": ended}
+
+
+def _client(
+    base: str, token: str, bodies: list[bytes], concurrency: int, rate: float | None, start_at: float, out: Connection
+) -> None:
+    """One client process: sends its share from the common start, reports back."""
+    out.send(asyncio.run(_send(base, token, bodies, concurrency, rate, start_at)))
+    out.close()
+
+
+def load(
+    base: str,
+    token: str,
+    *,
+    total: int,
+    concurrency: int,
+    groups: int,
+    clients: int,
+    rate: float | None,
+    first_group: int = 0,
+) -> dict[str, Any]:
+    """``total`` notifications, at most ``concurrency`` in flight, from ``clients`` processes (one
+    Python client cannot keep 50 requests in flight fast enough to measure the server rather than
+    itself). Without ``rate`` each sender sends its next as soon as the last is answered (saturation);
+    with it, notifications are due at a steady ``rate`` per second."""
+    bodies = [json.dumps(payload(first_group + i % groups, i)).encode() for i in range(total)]
+    ctx = get_context("spawn")
+    start_at = time.time() + 4.0  # every client process imported, connected and warm by then
+    pipes, procs = [], []
+    for k in range(clients):
+        share = concurrency // clients + (1 if k < concurrency % clients else 0)
+        reader, writer = ctx.Pipe(duplex=False)
+        paced = rate / clients if rate else None
+        proc = ctx.Process(target=_client, args=(base, token, bodies[k::clients], share, paced, start_at, writer))
+        proc.start()
+        pipes.append(reader)
+        procs.append(proc)
+    parts = [r.recv() for r in pipes]
+    for proc in procs:
+        proc.join()
+    merged: dict[str, Any] = {"latencies": [], "statuses": {}, "actions": {}}
+    for part in parts:
+        merged["latencies"] += part["latencies"]
+        for key in ("statuses", "actions"):
+            for k, v in part[key].items():
+                merged[key][k] = merged[key].get(k, 0) + v
+    merged["elapsed"] = max(p["ended"] for p in parts) - min(p["began"] for p in parts)
+    return merged
+
+
+def server_side(metrics: str) -> str:
+    """The service's own accept histogram (validate + durable store), as share under each bound."""
+    buckets: list[tuple[float, float]] = []
+    for line in metrics.splitlines():
+        if line.startswith("opsagent_webhook_accept_seconds_bucket"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(bound), float(line.rsplit(" ", 1)[1])))
+    total = buckets[-1][1] if buckets else 0
+    shown = [f"{c / total:.1%} ≤ {b * 1000:g} ms" for b, c in buckets if b in (0.005, 0.01, 0.025, 0.05)]
+    return ", ".join(shown) + " (opsagent_webhook_accept_seconds, warm-up included)" if total else "n/a"
+
+
+async def main(args: argparse.Namespace) -> None:
+    port = free_port()
+    token = secrets.token_urlsafe(24)
+    data = Path(tempfile.mkdtemp(prefix="opsagent-bench-"))
+    env = {
+        **os.environ,
+        "OPSAGENT_DATA_DIR": str(data),
+        "OPSAGENT_WEBHOOK_TOKEN": token,
+        "OPSAGENT_CONFIG": "",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "opsagent.service",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(args.workers),
+        "--fixtures",
+        str(args.fixtures),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=5) as probe:
+            await wait_ready(probe, proc)
+        shape = {"concurrency": args.concurrency, "groups": args.groups, "clients": args.clients, "rate": args.rate}
+        load(base, token, total=args.warmup, first_group=10**6, **shape)  # warm up, on groups of its own
+        result = load(base, token, total=args.notifications, **shape)
+        async with httpx.AsyncClient(base_url=base, timeout=5) as probe:
+            server = (await probe.get("/metrics")).text
+        with Store(data / "opsagent.db") as store:  # read while the service runs (WAL: readers never wait)
+            jobs = store.job_counts()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    with Store(data / "opsagent.db") as store:
+        persisted = store.notification_count()
+        incidents = len(store.incidents(limit=100_000))
+    lat = sorted(result["latencies"])
+    cuts = quantiles(lat, n=100, method="inclusive")
+    accepted = result["statuses"].get(202, 0)
+    sent = args.warmup + args.notifications
+    print(
+        f"notifications {args.notifications} (+{args.warmup} warm-up) · concurrency {args.concurrency} "
+        f"({args.clients} client processes, httpx AsyncClient) · {args.groups} alert groups · "
+        f"{args.workers} investigation workers · loopback · "
+        + (f"paced at {args.rate:g}/s" if args.rate else "closed loop (each sender sends again once answered)")
+    )
+    print(f"accepted        {accepted}/{args.notifications}  (statuses: {result['statuses']})")
+    print(f"accepted/s      {accepted / result['elapsed']:.0f}")
+    print(f"accept latency  p50 {cuts[49] * 1000:.1f} ms · p99 {cuts[98] * 1000:.1f} ms · max {lat[-1] * 1000:.1f} ms")
+    print(f"server side     {server_side(server)}")
+    print(f"persisted       {persisted}/{sent} notifications in the store (warm-up included)")
+    print(
+        f"duplicates      {result['actions'].get('updated', 0)} collapsed into an open incident; "
+        f"{result['actions'].get('opened', 0)} opened one ({args.groups} groups; {incidents} incidents in all)"
+    )
+    print(
+        f"investigations  {jobs['done']} done, {jobs['running']} running, {jobs['queued']} queued "
+        f"when the load ended ({jobs['failed']} failed)"
+    )
+    if persisted != sent or accepted != args.notifications:
+        raise SystemExit("FAIL: a notification was refused or not persisted")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--notifications", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--groups", type=int, default=200, help="distinct alert groups (the rest are duplicates)")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=2, help="client processes sharing the concurrency")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="notifications per second (default: as fast as answered)"
+    )
+    parser.add_argument("--fixtures", type=Path, default=ROOT / "fixtures" / "incidents")
+    asyncio.run(main(parser.parse_args()))

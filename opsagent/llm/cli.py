@@ -1,0 +1,162 @@
+"""What the command line needs from the LLM reasoner: build it from settings and flags, show prompts.
+
+``opsagent.cli`` wires it: ``register(app)`` adds ``opsagent prompts REPORT.json`` (every prompt and
+reply of a saved JSON report), and ``investigate`` takes ``--reasoner llm`` with :func:`build_reasoner`
+and prints :func:`print_prompts` under ``--show-prompts``.
+
+A base URL ``fake://follow-hints`` selects the scripted model that ships in the package, for demos
+with no server (``opsagent investigate FIXTURE --reasoner llm --base-url fake://follow-hints``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.text import Text
+
+from opsagent.llm.client import ChatClient
+from opsagent.llm.errors import ModelConfigError
+from opsagent.llm.fake import FunctionModel, follow_hints
+from opsagent.llm.reasoner import LLMReasoner
+from opsagent.models import ModelExchange, PromptMessage, Report
+from opsagent.playbooks import Playbook
+from opsagent.settings import Settings
+
+FAKE_SCHEME = "fake://"
+FAKE_MODELS = {"follow-hints": follow_hints}
+
+
+def build_reasoner(
+    settings: Settings,
+    playbooks: Sequence[Playbook],
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    mode: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> LLMReasoner:
+    """The LLM reasoner from the configuration, flags winning; the key only from the environment."""
+    updates: dict[str, str] = {}
+    if model:
+        updates["model"] = model
+    if base_url:
+        updates["base_url"] = base_url
+    if mode:
+        updates["mode"] = mode
+    try:
+        llm = settings.llm.model_validate(settings.llm.model_dump() | updates)
+    except ValidationError as exc:
+        raise ModelConfigError(f"invalid LLM option: {exc.errors()[0]['msg']}") from exc
+    if llm.base_url.startswith(FAKE_SCHEME):
+        name = llm.base_url.removeprefix(FAKE_SCHEME).strip("/")
+        if name not in FAKE_MODELS:
+            raise ModelConfigError(f"no fake model {name!r}; one of: {', '.join(FAKE_MODELS)}")
+        transport = transport or FunctionModel(FAKE_MODELS[name]).transport()
+        llm = llm.model_copy(update={"model": llm.model or name, "base_url": "http://fake.invalid/v1"})
+    client = ChatClient.from_settings(llm, api_key=settings.llm_api_key, transport=transport)
+    return LLMReasoner(client=client, playbooks=playbooks, settings=llm)
+
+
+def summary_line(report: Report) -> str | None:
+    """One line on the model's part: model, calls, tokens, cost, what fell back."""
+    rec = report.llm
+    if rec is None:
+        return None
+    u = rec.usage
+    cost = f"${u.cost_usd:.4f}" if u.cost_usd is not None else "no price for this model"
+    estimated = f" ({u.estimated_calls} estimated)" if u.estimated_calls else ""
+    line = (
+        f"model {rec.model} at {rec.base_url} ({rec.mode}): {u.calls} calls, {u.prompt_tokens} prompt + "
+        f"{u.completion_tokens} completion tokens{estimated}, {cost}"
+    )
+    if rec.fallbacks:
+        line += f"; the playbook reasoner stood in {rec.fallbacks} time(s)"
+    return line
+
+
+def _message(m: PromptMessage) -> Text:
+    text = Text()
+    text.append(f"[{m.role}]" + (f" (for {m.tool_call_id})" if m.tool_call_id else "") + "\n", style="bold cyan")
+    if m.content:
+        text.append(m.content + "\n")
+    for c in m.tool_calls:
+        text.append(f"→ {c.name}({c.arguments}) [{c.id}]\n", style="magenta")
+    return text
+
+
+def _exchange(x: ModelExchange, *, new_only: bool) -> Panel:
+    title = f"#{x.index} {x.purpose}" + (f" · {x.hypothesis_id}" if x.hypothesis_id else "")
+    facts = (
+        f"{x.prompt_tokens} prompt + {x.completion_tokens} completion tokens"
+        + (" (estimated)" if x.usage_estimated else "")
+        + f" · {x.attempts} attempt(s) · {x.latency_ms:.0f} ms"
+        + (f" · {x.redactions} secret(s) redacted" if x.redactions else "")
+    )
+    body = Text(facts + "\n", style="dim")
+    shown = x.request
+    if new_only and len(shown) > 2:  # the system prompt and task repeat; show what this turn added
+        last_reply = max((i for i, m in enumerate(shown) if m.role == "assistant"), default=1)
+        shown = shown[last_reply + 1 :] if last_reply > 1 else shown
+    for m in shown:
+        body.append_text(_message(m))
+    if x.error:
+        body.append(f"error: {x.error}\n", style="bold red")
+    elif x.reply is not None:
+        body.append("── reply " + (f"({x.finish_reason})" if x.finish_reason else "") + "\n", style="bold green")
+        body.append_text(_message(x.reply))
+    return Panel(body, title=escape(title), border_style="blue", expand=True)
+
+
+def print_prompts(
+    report: Report,
+    console: Console,
+    *,
+    hypothesis: str | None = None,
+    purpose: str | None = None,
+    full: bool = False,
+) -> None:
+    """Every prompt and reply of the investigation, as sent (after redaction) and received."""
+    rec = report.llm
+    if rec is None:
+        console.print("this report has no model exchanges (it was made by the playbook reasoner)")
+        return
+    for x in rec.exchanges:
+        if hypothesis is not None and x.hypothesis_id != hypothesis:
+            continue
+        if purpose is not None and x.purpose != purpose:
+            continue
+        console.print(_exchange(x, new_only=not full))
+    for note in rec.notes:
+        console.print(f"note: {note}", style="yellow", markup=False)
+    line = summary_line(report)
+    if line:
+        console.print(line, style="dim", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds ``prompts``: the model's prompts and replies saved in a JSON report."""
+
+    @app.command(name="prompts")
+    def prompts_cmd(
+        report_file: Annotated[Path, typer.Argument(help="a JSON report (opsagent investigate --json)")],
+        hypothesis: Annotated[str | None, typer.Option("--hypothesis", help="only this hypothesis id")] = None,
+        purpose: Annotated[str | None, typer.Option("--purpose", help="propose, repair, act or reflect")] = None,
+        full: Annotated[bool, typer.Option("--full", help="whole requests, not only what each turn added")] = False,
+    ) -> None:
+        """Show exactly what the model was told and what it answered, call by call."""
+        err = Console(stderr=True)
+        try:
+            report = Report.model_validate(json.loads(report_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError) as exc:
+            err.print(f"[bold red]error:[/] {escape(str(report_file))}: not a JSON report: {escape(str(exc)[:300])}")
+            raise typer.Exit(2) from None
+        print_prompts(report, Console(), hypothesis=hypothesis, purpose=purpose, full=full)

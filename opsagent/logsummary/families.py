@@ -1,0 +1,137 @@
+"""Keyword families: what went wrong, named the way playbooks name it (timeout, refused, oom, …).
+
+Counted exactly on every line. Family names are stable: playbooks and triage features refer to
+them. This module only classifies a message; it keeps no state.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Keyword families counted exactly. Names are stable: playbooks refer to them.
+FAMILIES: dict[str, re.Pattern[str]] = {
+    name: re.compile(pattern, re.I)
+    for name, pattern in {
+        "timeout": r"timed?[ -]?out|deadline exceeded|SocketTimeout",
+        "refused": r"refused|ECONNREFUSED",
+        "reset": r"connection reset|ECONNRESET|broken pipe",
+        "oom": r"out ?of ?memory|OutOfMemoryError|OOMKilled|oom[-_ ]kill",
+        "exception": r"exception|traceback|panic:|\n\s+at |stack ?trace",
+        "deadlock": r"deadlock",
+        "5xx": r"\b(?:status|HTTP|code|returned)[=: /]*5\d\d\b|\b50[234] ",
+        "auth": r"unauthori[sz]ed|forbidden|authentication fail|invalid (?:jwt|token)|token (?:expired|used before)",
+        "pool": r"pool exhausted|connection is not available|RejectedExecution|queue (?:is )?full|too many connections",
+        "disk": r"no space left|disk (?:is )?full|ENOSPC|read-only file system",
+        "tls": r"x509|certificate|tls handshake|ssl(?:handshake)?exception|PKIX",
+        "dns": r"no such host|name resolution|NXDOMAIN|could not resolve|UnknownHostException|SERVFAIL"
+        r"|name or service not known|temporary failure in name",
+        "ratelimit": r"rate[- ]limit|too many requests|\b429\b|quota",
+        "gc": r"\bGC\b|garbage collect|stop-the-world|safepoint",
+        "eviction": r"evict|maxmemory|cache full",
+        "slowquery": r"slow query|statement timeout|canceling statement|seq scan|lock wait"
+        r"|duration: [\d.]+ ms\s+(?:statement|execute)",
+    }.items()
+}
+
+#: Families that name what went wrong more precisely than "an exception was thrown".
+_SPECIFIC = frozenset(
+    {"timeout", "refused", "reset", "oom", "pool", "disk", "tls", "dns", "deadlock", "ratelimit", "5xx", "auth"}
+)
+
+#: Cheap lower-case substrings, one of which every match of the family's pattern contains: the
+#: regular expression only runs on lines that pass this filter. Keep them exact: a hint that a
+#: match could lack would lose counts.
+_HINTS: dict[str, tuple[str, ...]] = {
+    "timeout": ("timeout", "time out", "time-out", "timedout", "timed out", "timed-out", "deadline exceeded"),
+    "refused": ("refused",),
+    "reset": ("connection reset", "econnreset", "broken pipe"),
+    "oom": ("out of memory", "outof memory", "out ofmemory", "outofmemory", "oom"),
+    "exception": ("exception", "traceback", "panic:", "\n", "stack"),
+    "deadlock": ("deadlock",),
+    "5xx": ("status", "http", "code", "returned", "502 ", "503 ", "504 "),
+    "auth": ("unauthori", "forbidden", "authentication fail", "invalid jwt", "invalid token", "token "),
+    "pool": ("pool exhausted", "not available", "rejectedexecution", "queue full", "queue is full", "too many conn"),
+    "disk": ("no space left", "disk full", "disk is full", "enospc", "read-only file system"),
+    "tls": ("x509", "certificate", "tls handshake", "ssl", "pkix"),
+    "dns": ("no such host", "resolution", "nxdomain", "resolve", "unknownhost", "servfail", "not known", "in name"),
+    "ratelimit": ("rate-limit", "rate limit", "too many requests", "429", "quota"),
+    "gc": ("gc", "garbage collect", "stop-the-world", "safepoint"),
+    "eviction": ("evict", "maxmemory", "cache full"),
+    "slowquery": ("slow query", "statement timeout", "canceling statement", "seq scan", "lock wait", "duration:"),
+}
+
+#: A message's *shape*: the message with every digit written 0. Messages that differ only in their
+#: numbers share a shape, and everything computed from a message's digit-free families is the same
+#: for its shape; the few families whose patterns name digits (5xx, 429, x509) are checked on the
+#: message itself, and only when its shape could match them.
+SHAPE = str.maketrans("123456789", "000000000")
+_SHAPE_BYTES = bytes.maketrans(b"123456789", b"000000000")
+_DIGIT = re.compile(r"\d")
+NUMERIC_FAMILIES = frozenset({"5xx", "ratelimit", "tls"})
+_ALL = tuple(FAMILIES)
+_DIGIT_FREE = tuple(name for name in FAMILIES if name not in NUMERIC_FAMILIES)
+_NUMERIC = tuple(name for name in FAMILIES if name in NUMERIC_FAMILIES)
+#: The numeric families' patterns over shapes; no quantifier counts in them, so digits map one to one.
+#: The numeric families' patterns over shapes (their patterns have no counted quantifiers: each digit
+#: in them maps to one digit of the shape).
+_SHAPE_PATTERNS = {name: re.compile(FAMILIES[name].pattern.translate(SHAPE), re.I) for name in _NUMERIC}
+
+
+def _hint_table(shaped: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each hint once (as it reads in a shape, if ``shaped``), with the families it opens."""
+    table: dict[str, list[str]] = {}
+    for name, hints in _HINTS.items():
+        for hint in hints:
+            table.setdefault(hint.translate(SHAPE) if shaped else hint, []).append(name)
+    return tuple((hint, tuple(fams)) for hint, fams in table.items())
+
+
+_HINT_TABLE = _hint_table(shaped=False)
+_SHAPE_HINT_TABLE = _hint_table(shaped=True)
+
+
+def shape_of(message: str) -> str:
+    """The message's shape (see :data:`SHAPE`)."""
+    # ASCII digits never occur inside a multi-byte UTF-8 sequence; bytes.translate is 6x faster
+    return message.encode("utf-8", "surrogatepass").translate(_SHAPE_BYTES).decode("utf-8", "surrogatepass")
+
+
+def families_of(message: str) -> list[str]:
+    """Every keyword family the message belongs to; a timeout exception is a timeout, not an exception."""
+    lower = message.lower()
+    hinted = {f for hint, fams in _HINT_TABLE if hint in lower for f in fams}
+    return resolve([n for n in _ALL if n in hinted and FAMILIES[n].search(message) is not None])
+
+
+def families_of_shape(shape: str) -> tuple[list[str], list[str]]:
+    """For a message's shape: the families every message of that shape belongs to, and the numeric
+    families a message of that shape might belong to (to check on the message)."""
+    lower = shape.lower()
+    hinted = {f for hint, fams in _SHAPE_HINT_TABLE if hint in lower for f in fams}
+    sure = [n for n in _DIGIT_FREE if n in hinted and FAMILIES[n].search(shape) is not None]
+    maybe = []
+    for n in _NUMERIC:
+        if n not in hinted:
+            continue
+        # a match without digits is the same text, so the same match, in every message of the shape
+        if any(_DIGIT.search(m.group()) is None for m in FAMILIES[n].finditer(shape)):
+            sure.append(n)
+        elif _SHAPE_PATTERNS[n].search(shape) is not None:
+            maybe.append(n)
+    return resolve(sure), maybe
+
+
+#: A string every digit-bearing match of a numeric family contains (5xx codes, 429, x509): a
+#: message without it cannot match where its shape only might.
+_DIGIT_HINTS = {"5xx": "5", "ratelimit": "429", "tls": "509"}
+
+
+def numeric_families(message: str, candidates: tuple[str, ...]) -> list[str]:
+    """Which of the numeric families a message of a shape that could match them does match."""
+    return [f for f in candidates if _DIGIT_HINTS[f] in message and FAMILIES[f].search(message) is not None]
+
+
+def resolve(found: list[str]) -> list[str]:
+    if "exception" in found and _SPECIFIC.intersection(found):
+        found = [f for f in found if f != "exception"]
+    return found

@@ -1,0 +1,202 @@
+"""Template mining: group masked messages into templates, Drain-style, one message at a time.
+
+A fixed-depth parse tree keyed by token count, then the leading tokens, leads to a short list of
+templates; the message joins the most similar one if enough of its tokens agree (a position where
+they differ becomes the wildcard ``<*>``), or starts a new template. Two refinements over Drain
+(He et al., ICWS 2017), both the same for every log source:
+
+- two different *words* in the same position never merge: "VM Started" and "VM Paused" are two
+  events, "user 42" and "user 43" are one. Neither do two different tokens in a one- or two-token
+  message, where a single shared token is no evidence;
+- when the stream ends, templates that differ only by a word in one position, in at least
+  ``sibling_values`` variants around at least ``sibling_context`` constant words, are one template
+  whose word is a variable (user names, host names).
+
+The miner holds a bounded number of templates: past ``max_templates``, a message that matches none
+gets no template (the caller counts it in an explicit "other" bucket). It never evicts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from opsagent.logsummary.masking import is_masked
+
+WILDCARD = "<*>"
+
+#: A word: letters, perhaps a short number (SOCKS5, ssh2), perhaps wrapped in punctuation.
+_WORD = re.compile(r"[\"'(\[]*[A-Za-z]{2,}\d{0,2}[\"')\].,;:]*")
+_DIGIT = re.compile(r"\d")
+
+
+_WORDS: dict[str, bool] = {}
+
+
+def is_word(token: str) -> bool:
+    known = _WORDS.get(token)
+    if known is None:
+        if len(_WORDS) >= 50_000:
+            _WORDS.clear()
+        known = _WORDS[token] = _WORD.fullmatch(token) is not None
+    return known
+
+
+def _is_variable(token: str) -> bool:
+    """Tokens routed to the tree's wildcard branch: they hold numbers or masks."""
+    return _DIGIT.search(token) is not None or is_masked(token)
+
+
+@dataclass(eq=False, slots=True)
+class Template:
+    index: int
+    tokens: list[str]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.tokens)
+
+
+@dataclass(eq=False, slots=True)
+class _Node:
+    children: dict[str, _Node] = field(default_factory=dict)
+    templates: list[Template] = field(default_factory=list)
+
+
+class TemplateMiner:
+    def __init__(
+        self,
+        *,
+        similarity: float = 0.5,
+        prefix_tokens: int = 1,
+        max_children: int = 100,
+        max_templates: int = 2000,
+        sibling_values: int = 5,
+        sibling_context: int = 3,
+    ) -> None:
+        self.similarity = similarity
+        self.prefix_tokens = prefix_tokens
+        self.max_children = max_children
+        self.max_templates = max_templates
+        self.sibling_values = sibling_values
+        self.sibling_context = sibling_context
+        self.templates: list[Template] = []
+        self._root: dict[int, _Node] = {}
+
+    def add(
+        self, tokens: Sequence[str], *, likely: Template | None = None
+    ) -> tuple[Template | None, list[tuple[int, str]]]:
+        """The template the tokens join (``None`` past the template limit), and the positions of that
+        template that just became wildcards with the token each held before.
+
+        ``likely`` is tried first (the template a message of the same shape joined): when the tokens
+        are similar enough to it, they join it without searching the tree.
+        """
+        n = len(tokens)
+        if likely is not None and len(likely.tokens) == n and self._closest([likely], tokens) is likely:
+            return likely, self._widen(likely, tokens)
+        node = self._root.get(n)
+        if node is None:
+            node = self._root[n] = _Node()
+        for token in tokens[: min(self.prefix_tokens, n - 1)]:
+            key = WILDCARD if _is_variable(token) else token
+            child = node.children.get(key)
+            if child is None and key != WILDCARD and len(node.children) >= self.max_children:
+                key = WILDCARD
+                child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Node()
+            node = child
+        best = self._closest(node.templates, tokens)
+        if best is not None:
+            return best, self._widen(best, tokens)
+        if len(self.templates) >= self.max_templates:
+            return None, []
+        template = Template(index=len(self.templates), tokens=list(tokens))
+        self.templates.append(template)
+        node.templates.append(template)
+        return template, []
+
+    @staticmethod
+    def _widen(template: Template, tokens: Sequence[str]) -> list[tuple[int, str]]:
+        pairs = enumerate(zip(template.tokens, tokens, strict=True))
+        widened = [(i, a) for i, (a, b) in pairs if a != b and a != WILDCARD]
+        for i, _ in widened:
+            template.tokens[i] = WILDCARD
+        return widened
+
+    def _closest(self, candidates: list[Template], tokens: Sequence[str]) -> Template | None:
+        n = len(tokens)
+        # a candidate with more differing positions than this cannot reach the threshold
+        allowed = n - self.similarity * n
+        best: Template | None = None
+        best_sim, best_params = -1.0, -1
+        for template in candidates:
+            same = params = differ = 0
+            for a, b in zip(template.tokens, tokens, strict=True):
+                if a == b:
+                    same += 1
+                    continue
+                differ += 1
+                if differ > allowed:
+                    break
+                if a == WILDCARD:
+                    params += 1
+                elif _distinct(a, b, n):
+                    break
+            else:
+                sim = same / n if n else 1.0
+                if sim > best_sim or (sim == best_sim and params > best_params):
+                    best, best_sim, best_params = template, sim, params
+        return best if best is not None and best_sim >= self.similarity else None
+
+    def merged(self) -> list[int]:
+        """For each template, the index of the template it is one with once the stream has ended:
+        identical texts, and siblings that differ by a word in one position."""
+        parent = list(range(len(self.templates)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        def union(members: list[int]) -> None:
+            first = root(members[0])
+            for m in members[1:]:
+                r = root(m)
+                if r != first:
+                    parent[max(r, first)] = min(r, first)
+                    first = min(r, first)
+
+        by_text: dict[tuple[str, ...], list[int]] = {}
+        siblings: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        for t in self.templates:
+            toks = tuple(t.tokens)
+            by_text.setdefault(toks, []).append(t.index)
+            words = [i for i, tok in enumerate(toks) if is_word(tok)]
+            if len(words) - 1 < self.sibling_context:
+                continue
+            for i in words:
+                siblings.setdefault((i, (*toks[:i], WILDCARD, *toks[i + 1 :])), []).append(t.index)
+        for members in by_text.values():
+            if len(members) > 1:
+                union(members)
+        for (i, _), members in siblings.items():
+            if len({self.templates[m].tokens[i] for m in members}) >= self.sibling_values:
+                union(members)
+        return [root(i) for i in range(len(self.templates))]
+
+
+def combined(token_lists: Sequence[Sequence[str]]) -> list[str]:
+    """One template for templates of equal length: their common tokens, wildcards elsewhere."""
+    return [column[0] if all(t == column[0] for t in column) else WILDCARD for column in zip(*token_lists, strict=True)]
+
+
+def _distinct(a: str, b: str, n: int) -> bool:
+    """Tokens that name different events, never one variable: two words, or in a message of one or two
+    tokens, any two tokens without numbers or masks."""
+    if is_word(a) and is_word(b):
+        return True
+    return n <= 2 and not _is_variable(a) and not _is_variable(b)

@@ -1,0 +1,440 @@
+"""The webhook service: Alertmanager in, incidents and their reports out.
+
+    POST /webhook/alertmanager    a notification; 202 once it is on disk (401, 413, 422, 503)
+    GET  /incidents               incidents, most recent first (?status=firing|resolved, ?service=…)
+    GET  /incidents/{id}          the incident and its report, JSON
+    GET  /incidents/{id}.html     the report page, with charts of the cited series
+    GET  /                        recent incidents
+    GET  /healthz, /readyz        alive; ready (the store answers, the dispatcher runs)
+    GET  /metrics                 the service's own Prometheus metrics
+
+:func:`create_app` wires the parts; each lives in its own module of this package.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import structlog
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field, ValidationError
+
+from opsagent.models import Report
+from opsagent.service.auth import Credentials
+from opsagent.service.charts import Chart
+from opsagent.service.metrics import ServiceMetrics
+from opsagent.service.notifier import Notifier, SlackNotifier
+from opsagent.service.pages import incident_page, index_page, not_found_page
+from opsagent.service.payload import WebhookPayload
+from opsagent.service.provider import FixtureProvider, NoSources, SourceProvider
+from opsagent.service.queue import Dispatcher, Inbox, StoreThread
+from opsagent.service.worker import Runner, WorkerConfig
+from opsagent.settings import Settings, load_settings
+from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, Store, StoreError
+
+log = structlog.get_logger("opsagent.service")
+
+WEBHOOK_PREFIX = "/webhook/"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+# ---------------------------------------------------------------- API shapes
+
+
+class AcceptedNotification(BaseModel):
+    """What the webhook did with a notification."""
+
+    notification_id: int
+    incident_id: str | None
+    action: Literal["opened", "updated", "resolved", "ignored"] = Field(
+        description="opened an incident (and queued its investigation), updated or resolved the open incident "
+        "of the alert group, or ignored a resolution of no open incident"
+    )
+    report_url: str | None = None
+
+
+class Problem(BaseModel):
+    field: str
+    message: str
+    type: str
+
+
+class ProblemResponse(BaseModel):
+    detail: str
+    errors: list[Problem] = Field(default_factory=list)
+
+
+class IncidentList(BaseModel):
+    count: int
+    incidents: list[IncidentRecord]
+
+
+class IncidentDetail(BaseModel):
+    incident: IncidentRecord
+    report: Report | None = Field(description="null until the investigation has finished")
+
+
+# ---------------------------------------------------------------- the guard
+
+
+class WebhookGuard:
+    """Checks credentials, then the body's size, before anything reads the body: a caller without
+    the token costs no parsing, and a body over the limit is refused as it streams in."""
+
+    def __init__(self, app: ASGIApp, *, credentials: Credentials, max_body: int, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.credentials = credentials
+        self.max_body = max_body
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(WEBHOOK_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if not self.credentials.allows(headers.get("authorization")):
+            self.metrics.rejected.labels(reason="unauthorized").inc()
+            await _reply(send, 401, "missing or wrong credentials", {"www-authenticate": self.credentials.challenge})
+            return
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            self.metrics.rejected.labels(reason="too_large").inc()
+            await _reply(send, 413, f"body over the limit of {self.max_body} bytes")
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    self.metrics.rejected.labels(reason="too_large").inc()
+                    raise HTTPException(413, f"body over the limit of {self.max_body} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def _reply(send: Send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+    body = ProblemResponse(detail=detail).model_dump_json().encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+# ---------------------------------------------------------------- the app
+
+
+@dataclass
+class Parts:
+    settings: Settings
+    metrics: ServiceMetrics
+    writer: StoreThread
+    reader: StoreThread
+    inbox: Inbox
+    dispatcher: Dispatcher
+    notifier: Notifier | None
+
+
+def _problems(exc: RequestValidationError) -> list[Problem]:
+    out = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ())]
+        if loc and loc[0] == "body":
+            loc = loc[1:]
+        out.append(Problem(field=".".join(loc) or "body", message=str(err.get("msg", "")), type=str(err.get("type"))))
+    return out
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    provider: SourceProvider | None = None,
+    runner: Literal["process", "thread"] = "process",
+    notifier: Notifier | None = None,
+    metrics: ServiceMetrics | None = None,
+    poll_s: float = 2.0,
+    log_level: str = "info",
+) -> FastAPI:
+    """The service, ready for uvicorn. Raises :class:`~opsagent.errors.ConfigError` when the
+    webhook has no credentials (and is not explicitly open) or the configuration is inconsistent."""
+    settings = settings or load_settings()
+    credentials = Credentials.from_settings(settings)
+    metrics = metrics or ServiceMetrics()
+    if provider is None:
+        provider = FixtureProvider(settings.fixtures_dir) if settings.fixtures_dir else NoSources()
+    config = WorkerConfig(
+        database=settings.database,
+        provider=provider,
+        lessons_top_k=settings.lessons_top_k,
+        lessons_cap=settings.lessons_recent,
+        log_level=log_level,
+    )
+    parts: Parts | None = None
+
+    def current() -> Parts:
+        if parts is None:
+            raise HTTPException(503, "the service is starting")
+        return parts
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        nonlocal parts
+        writer = StoreThread(settings.database, name="store-writer")
+        reader = StoreThread(settings.database, name="store-reader")
+        await writer.call(lambda store: store.defer_checkpoints())  # opens and migrates, or fails loudly
+        sink, owned = notifier, None
+        if sink is None and settings.notify_url is not None:
+            sink = owned = SlackNotifier(
+                settings.notify_url.get_secret_value(), public_url=settings.public_url, metrics=metrics
+            )
+        notify = _notify_task(sink) if sink is not None else None
+        dispatcher = Dispatcher(
+            writer=writer,
+            runner=Runner(config, workers=settings.workers, kind=runner),
+            metrics=metrics,
+            lease_s=settings.job_lease_s,
+            timeout_s=settings.job_timeout_s,
+            attempts=settings.job_attempts,
+            poll_s=poll_s,
+            on_done=notify,
+            checkpointer=reader,
+        )
+        await dispatcher.start()
+        parts = Parts(settings, metrics, writer, reader, Inbox(writer), dispatcher, sink)
+        log.info(
+            "service.start",
+            workers=settings.workers,
+            provider=provider.name,
+            auth=repr(credentials),
+            notify=sink is not None,
+            database=str(settings.database),
+        )
+        try:
+            yield
+        finally:
+            await dispatcher.stop()
+            if owned is not None:
+                await owned.aclose()
+            writer.close()
+            reader.close()
+            parts = None
+            log.info("service.stop")
+
+    app = FastAPI(
+        title="opsagent",
+        summary="Alertmanager webhook receiver: every alert group investigated once, its report served.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.add_middleware(WebhookGuard, credentials=credentials, max_body=settings.max_body_bytes, metrics=metrics)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = _problems(exc)
+        if request.url.path.startswith(WEBHOOK_PREFIX):
+            metrics.rejected.labels(reason="invalid").inc()
+        detail = "; ".join(f"{p.field}: {p.message}" for p in problems)
+        body = ProblemResponse(detail=detail, errors=problems)
+        return JSONResponse(body.model_dump(), status_code=422)
+
+    @app.exception_handler(StoreError)
+    async def store_down(request: Request, exc: StoreError) -> JSONResponse:
+        log.error("service.store_error", path=request.url.path, error=str(exc))
+        return JSONResponse(ProblemResponse(detail="the store is unavailable; retry").model_dump(), status_code=503)
+
+    refusals: dict[int | str, dict[str, Any]] = {
+        401: {"model": ProblemResponse, "description": "missing or wrong credentials"},
+        413: {"model": ProblemResponse, "description": "body over the size limit"},
+        422: {"model": ProblemResponse, "description": "not a version 4 Alertmanager payload; names the field"},
+        503: {"model": ProblemResponse, "description": "could not be stored; Alertmanager retries"},
+    }
+
+    @app.post(
+        "/webhook/alertmanager",
+        status_code=202,
+        response_model=AcceptedNotification,
+        responses=refusals,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/WebhookPayload"}}},
+            },
+            "security": [{"bearer": []}, {"basic": []}],
+        },
+        tags=["webhook"],
+    )
+    async def webhook(request: Request) -> Response:
+        """Accept an Alertmanager notification (version 4): stored durably before the answer,
+        investigated once per alert group (a re-notification updates the incident, ``resolved``
+        resolves it)."""
+        p = current()
+        started = time.perf_counter()
+        body = await request.body()
+        try:  # parsed and validated in one pass; the body is kept as received
+            payload = WebhookPayload.model_validate_json(body)
+        except ValidationError as exc:
+            raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+        summary = payload.summary()
+        note = NotificationIn(
+            group_key=payload.group_key,
+            status=payload.status,
+            receiver=payload.receiver,
+            service=summary.service,
+            alertname=summary.alertname,
+            title=summary.title[:300],
+            payload=body.decode("utf-8", errors="replace"),
+            received_at=datetime.now(UTC),
+        )
+        accepted = await p.inbox.accept(note)
+        if accepted.job_id is not None:
+            p.dispatcher.wake()
+        for alert in payload.alerts:
+            metrics.alerts_received.labels(status=alert.status).inc()
+        metrics.notifications.labels(action=accepted.action).inc()
+        metrics.accept_seconds.observe(time.perf_counter() - started)
+        if accepted.action != "updated":
+            log.info("webhook.accepted", action=accepted.action, incident_id=accepted.incident_id)
+        answer = AcceptedNotification(
+            notification_id=accepted.notification_id,
+            incident_id=accepted.incident_id,
+            action=accepted.action,
+            report_url=f"/incidents/{accepted.incident_id}.html" if accepted.incident_id else None,
+        )
+        return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
+
+    @app.get("/incidents", response_model=IncidentList, tags=["incidents"])
+    async def incidents(
+        status: Annotated[Literal["firing", "resolved"] | None, Query(description="the alert group's state")] = None,
+        investigation: InvestigationState | None = None,
+        service: Annotated[str | None, Query(max_length=256)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    ) -> IncidentList:
+        """Incidents, most recent first."""
+        found = await current().reader.call(
+            lambda store: store.incidents(
+                state=status, investigation=investigation, service=service, limit=limit, offset=offset
+            )
+        )
+        return IncidentList(count=len(found), incidents=found)
+
+    @app.get("/incidents/{incident_id}.html", response_class=HTMLResponse, tags=["pages"])
+    async def incident_html(incident_id: str) -> HTMLResponse:
+        """The report page: root cause, evidence with charts, timeline, what was ruled out, lessons, cost."""
+        incident, report, charts = await current().reader.call(lambda store: _load(store, incident_id))
+        if incident is None:
+            return HTMLResponse(not_found_page(incident_id), status_code=404)
+        return HTMLResponse(incident_page(incident, report, charts))
+
+    @app.get(
+        "/incidents/{incident_id}",
+        response_model=IncidentDetail,
+        responses={404: {"model": ProblemResponse}},
+        tags=["incidents"],
+    )
+    async def incident_json(
+        incident_id: str,
+        observations: Annotated[bool, Query(description="include every observation (large)")] = False,
+    ) -> Response:
+        """The incident and its report (JSON); ``report`` is null until the investigation ends."""
+        incident, report, _ = await current().reader.call(lambda store: _load(store, incident_id, charts=False))
+        if incident is None:
+            return JSONResponse(ProblemResponse(detail=f"no incident {incident_id}").model_dump(), status_code=404)
+        body = report.model_dump_json(exclude=None if observations else {"observations"}) if report else "null"
+        return Response(f'{{"incident":{incident.model_dump_json()},"report":{body}}}', media_type="application/json")
+
+    @app.get("/", response_class=HTMLResponse, tags=["pages"])
+    async def index(
+        status: Literal["firing", "resolved"] | None = None,
+        service: Annotated[str | None, Query(max_length=256)] = None,
+    ) -> HTMLResponse:
+        """Recent incidents."""
+        found = await current().reader.call(lambda store: store.incidents(state=status, service=service, limit=100))
+        return HTMLResponse(index_page(found, state=status, service=service))
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """The process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses={503: {"model": ProblemResponse}})
+    async def readyz() -> JSONResponse:
+        """Ready to accept: the store answers and the dispatcher runs."""
+        p = parts
+        if p is None or not p.dispatcher.alive:
+            return JSONResponse(ProblemResponse(detail="not ready").model_dump(), status_code=503)
+        counts = await p.reader.call(lambda store: store.job_counts())
+        return JSONResponse({"status": "ready", "queued": counts["queued"], "running": counts["running"]})
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    async def prometheus_metrics() -> Response:
+        """The service's own metrics, Prometheus text format."""
+        p = parts
+        if p is not None:
+            counts = await p.reader.call(lambda store: store.job_counts())
+            for state in ("queued", "running"):
+                metrics.queue_depth.labels(state=state).set(counts[state])
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            components = schema.setdefault("components", {})
+            payload_schema = WebhookPayload.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.setdefault("schemas", {}).update(payload_schema.pop("$defs", {}))
+            components["schemas"]["WebhookPayload"] = payload_schema
+            components["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "basic": {"type": "http", "scheme": "basic"},
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _load(
+    store: Store, incident_id: str, *, charts: bool = True
+) -> tuple[IncidentRecord | None, Report | None, list[Chart]]:
+    incident = store.incident(incident_id)
+    if incident is None:
+        return None, None, []
+    report = store.report(incident_id) if store.has_report(incident_id) else None
+    shown: list[Chart] = []
+    if charts:
+        try:
+            shown = [Chart.model_validate(c) for c in _json_list(store.incident_charts(incident_id))]
+        except ValidationError as exc:  # a chart is decoration: the report is still served
+            log.warning("service.charts_unreadable", incident_id=incident_id, error=str(exc))
+    return incident, report, shown
+
+
+def _json_list(text: str) -> list[Any]:
+    value = json.loads(text)
+    return value if isinstance(value, list) else []
+
+
+def _notify_task(notifier: Notifier) -> Callable[[IncidentRecord], Awaitable[None]]:
+    async def send(incident: IncidentRecord) -> None:
+        await notifier.notify(incident)
+
+    return send

@@ -1,0 +1,85 @@
+"""``opsagent serve``: the webhook service on uvicorn. Wired into the main CLI by :func:`register`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from opsagent.errors import UserError
+from opsagent.logconfig import configure
+from opsagent.settings import Settings, load_settings
+
+err = Console(stderr=True)
+
+
+def serve(
+    host: Annotated[str | None, typer.Option("--host", help="listen address (config: host)")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="listen port (config: port)")] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="investigations at once, each in its own process (config: workers)")
+    ] = None,
+    fixtures: Annotated[
+        Path | None,
+        typer.Option("--fixtures", help="recorded incidents to investigate alerts against (config: fixtures_dir)"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="where the store lives (config: data_dir)")
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="log every request")] = False,
+) -> None:
+    """Run the Alertmanager webhook service: incidents API, report pages, health and /metrics.
+
+    Credentials come from the environment only: OPSAGENT_WEBHOOK_TOKEN (bearer), or
+    OPSAGENT_WEBHOOK_USERNAME and OPSAGENT_WEBHOOK_PASSWORD (basic auth)."""
+    from opsagent.service.app import create_app  # FastAPI is imported only by this command
+
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        err.print(f"[bold red]error:[/] unknown log level {log_level!r}")
+        raise typer.Exit(2)
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "host": host,
+            "port": port,
+            "workers": workers,
+            "fixtures_dir": fixtures,
+            "data_dir": data_dir,
+        }.items()
+        if v is not None
+    }
+    try:
+        settings = load_settings()
+        try:  # the options win over the environment and the file, validated like them
+            settings = Settings(**overrides) if overrides else settings
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors()
+            )
+            raise UserError(problems) from None
+        if settings.fixtures_dir is not None and not settings.fixtures_dir.is_dir():
+            raise UserError(f"fixtures directory {settings.fixtures_dir} does not exist")
+        app = create_app(settings, log_level=log_level)
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    configure(level=log_level, json=True)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=access_log,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``serve`` command to a typer app."""
+    app.command(name="serve")(serve)

@@ -1,0 +1,245 @@
+"""HTML pages: the incident index and one incident's report. Plain, escaped, self-contained (no
+script, no external asset); charts are inline SVG. Pure presentation, no analysis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from html import escape
+from urllib.parse import urlencode
+
+from opsagent.models import Evidence, Report
+from opsagent.service.charts import Chart, svg
+from opsagent.store import IncidentRecord
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#1d232a;background:#f6f7f9}
+main{max-width:1100px;margin:0 auto;padding:16px 24px 48px}
+header.top{background:#1d2733;color:#fff;padding:10px 24px}header.top a{color:#fff;text-decoration:none}
+h1{font-size:20px;margin:14px 0 4px}h2{font-size:16px;margin:26px 0 8px;border-bottom:1px solid #dde1e6}
+table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:5px 8px;border-bottom:1px solid #e6e8eb;
+text-align:left;vertical-align:top}th{background:#eef0f3;font-weight:600}code{font-size:12px}
+.meta{color:#5b6570}.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;color:#fff}
+.confirmed{background:#1a7f37}.probable{background:#b08800}.inconclusive,.failed{background:#c62828}
+.firing{background:#d1242f}.resolved{background:#57606a}.queued,.running{background:#0969da}.done{background:#57606a}
+.headline{font-size:17px;font-weight:600;margin:10px 0}.panel{background:#fff;border:1px solid #dde1e6;
+border-radius:6px;padding:10px 14px;margin:8px 0}.charts{display:flex;flex-wrap:wrap;gap:10px}
+figure{margin:0;background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:6px}
+figcaption{font-size:12px;color:#5b6570;max-width:560px}
+svg.chart .baseline{fill:#e8f1fb}svg.chart .axis{stroke:#8c959f}svg.chart .tick{font-size:10px;fill:#5b6570}
+svg.chart .series{fill:none;stroke:#0969da;stroke-width:1.6}svg.chart .onset{stroke:#d1242f;stroke-width:1.5}
+svg.chart .onset-label{fill:#d1242f}svg.chart .shift{stroke:#bc4c00;stroke-dasharray:4 3}
+svg.chart .change line{stroke:#8250df;stroke-width:1.2}svg.chart .change path{fill:#8250df}
+svg.chart .base-level{stroke:#6e7781;stroke-dasharray:2 3}svg.chart .limit{stroke:#cf222e;stroke-dasharray:6 3}
+.legend span{margin-right:14px;font-size:12px}.legend i{display:inline-block;width:14px;height:3px;
+vertical-align:middle;margin-right:4px}ul{margin:4px 0;padding-left:20px}
+"""
+
+_LEGEND = (
+    '<p class="legend"><span><i style="background:#e8f1fb;height:10px"></i>baseline</span>'
+    '<span><i style="background:#6e7781"></i>baseline level</span>'
+    '<span><i style="background:#d1242f"></i>onset</span>'
+    '<span><i style="background:#bc4c00"></i>shift found</span>'
+    '<span><i style="background:#8250df"></i>change</span>'
+    '<span><i style="background:#cf222e"></i>limit</span></p>'
+)
+
+
+def e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _when(ts: datetime | None) -> str:
+    return f"{ts:%Y-%m-%d %H:%M:%S} UTC" if ts is not None else "—"
+
+
+def _page(title: str, body: str, *, refresh: int | None = None) -> str:
+    meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"{meta}<title>{e(title)} · opsagent</title><style>{_CSS}</style></head><body>"
+        '<header class="top"><a href="/">opsagent</a> · incidents</header>'
+        f"<main>{body}</main></body></html>"
+    )
+
+
+def _badge(text: str | None) -> str:
+    return f'<span class="badge {e(text)}">{e(text)}</span>' if text else ""
+
+
+def _verdict(incident: IncidentRecord) -> str:
+    if incident.outcome in ("confirmed", "probable") and incident.root_component:
+        return f"{_badge(incident.outcome)} {e(incident.root_kind)} on <b>{e(incident.root_component)}</b>"
+    if incident.outcome:
+        return _badge(incident.outcome)
+    return _badge(incident.investigation)
+
+
+def index_page(incidents: list[IncidentRecord], *, state: str | None = None, service: str | None = None) -> str:
+    def link(label: str, **query: str) -> str:
+        return f'<a href="/?{e(urlencode(query))}">{e(label)}</a>' if query else f'<a href="/">{e(label)}</a>'
+
+    filters = " · ".join([link("all"), link("firing", status="firing"), link("resolved", status="resolved")])
+    shown = ", ".join(x for x in (state, service) if x) or "all"
+    rows = "".join(
+        f'<tr><td><a href="/incidents/{e(i.id)}.html">{e(i.title)}</a>'
+        f'<div class="meta"><code>{e(i.id)}</code></div></td>'
+        f'<td><a href="/?{e(urlencode({"service": i.service}))}">{e(i.service)}</a></td>'
+        f"<td>{_badge(i.state)}</td><td>{_verdict(i)}</td><td>{i.notifications}</td>"
+        f"<td>{e(_when(i.created_at))}</td></tr>"
+        for i in incidents
+    )
+    table = (
+        "<table><tr><th>incident</th><th>service</th><th>state</th><th>investigation</th>"
+        f"<th>notifications</th><th>opened</th></tr>{rows}</table>"
+        if incidents
+        else '<p class="meta">No incidents yet. Alertmanager posts to <code>/webhook/alertmanager</code>.</p>'
+    )
+    body = f"<h1>Recent incidents</h1><p class='meta'>showing: {e(shown)} · {filters}</p>{table}"
+    return _page("incidents", body, refresh=30)
+
+
+def _figure(chart: Chart) -> str:
+    role = {"alert": "the alert's signal", "supports": "supporting evidence", "refutes": "refuting evidence"}
+    cite = f" · <code>{e(chart.observation_id)}</code>" if chart.observation_id else ""
+    return f"<figure>{svg(chart)}<figcaption>{e(chart.title)} — {e(role[chart.role])}{cite}</figcaption></figure>"
+
+
+def _charts(charts: Iterable[Chart]) -> str:
+    figures = "".join(_figure(c) for c in charts)
+    return f'<div class="charts">{figures}</div>' if figures else ""
+
+
+def _evidence_rows(items: Iterable[Evidence]) -> str:
+    return "".join(
+        f"<tr><td><code>{e(x.observation_id)}</code></td><td>{e(x.source.value)}</td><td>{e(x.statement)}</td></tr>"
+        for x in items
+    )
+
+
+def _head(incident: IncidentRecord) -> str:
+    return (
+        f"<h1>{e(incident.title)}</h1><p class='meta'>{_badge(incident.state)} "
+        f"<code>{e(incident.id)}</code> · service <b>{e(incident.service)}</b> · alert {e(incident.alertname)} · "
+        f"opened {e(_when(incident.created_at))} · {incident.notifications} notification(s)"
+        + (f" · resolved {e(_when(incident.resolved_at))}" if incident.resolved_at else "")
+        + (f" · sources: {e(incident.source)}" if incident.source else "")
+        + f' · <a href="/incidents/{e(incident.id)}">JSON</a></p>'
+    )
+
+
+def incident_page(incident: IncidentRecord, report: Report | None, charts: list[Chart]) -> str:
+    if report is None:
+        state = incident.investigation
+        detail = f": {e(incident.error)}" if incident.error else ""
+        body = _head(incident) + f"<div class='panel'>Investigation {_badge(state)}{detail}</div>"
+        return _page(incident.title, body, refresh=5 if state in ("queued", "running") else None)
+
+    parts = [_head(incident)]
+    rc = report.root_cause
+    headline = (
+        f"{_badge(report.status)} {e(rc.kind)} on <b>{e(rc.component)}</b> · confidence {report.confidence:.2f}"
+        if rc is not None
+        else f"{_badge('inconclusive')} needs a human"
+    )
+    parts.append(f"<div class='panel'><div class='headline'>{headline}</div><div>{e(report.statement)}</div></div>")
+    alert_charts = [c for c in charts if c.role == "alert"]
+    if alert_charts:
+        parts.append("<h2>The alert's signal</h2>" + _LEGEND + _charts(alert_charts))
+
+    parts.append("<h2>Evidence</h2>")
+    if report.evidence:
+        parts.append(
+            "<table><tr><th>observation</th><th>source</th><th>finding</th></tr>"
+            + _evidence_rows(report.evidence)
+            + "</table>"
+        )
+        cited = {x.observation_id for x in report.evidence}
+        parts.append(_charts(c for c in charts if c.role == "supports" and c.observation_id in cited))
+    else:
+        parts.append("<p class='meta'>No evidence confirms a cause.</p>")
+
+    if report.timeline:
+        parts.append("<h2>Timeline</h2><table>")
+        parts.extend(
+            f"<tr><td>{t.ts:%H:%M:%S}</td><td>{e(t.kind)}</td><td>{e(t.what)}</td></tr>" for t in report.timeline
+        )
+        parts.append("</table>")
+
+    refuted = report.refuted
+    parts.append("<h2>Ruled out</h2>")
+    if refuted:
+        for r in refuted:
+            ids = {x.observation_id for x in r.verdict.refuting}
+            parts.append(
+                f"<div class='panel'><b>{e(r.hypothesis.kind)}</b> on {e(r.hypothesis.component)} — "
+                f"{e(r.hypothesis.statement)}<table><tr><th>refuted by</th><th>source</th><th>finding</th></tr>"
+                + _evidence_rows(r.verdict.refuting)
+                + "</table>"
+                + _charts(c for c in charts if c.role == "refutes" and c.observation_id in ids)
+                + "</div>"
+            )
+    else:
+        parts.append("<p class='meta'>Nothing was ruled out.</p>")
+
+    others = [r for r in report.results if r.verdict.status in ("inconclusive", "probable") and r.hypothesis.kind]
+    if others:
+        parts.append("<h2>Other hypotheses</h2><ul>")
+        parts.extend(
+            f"<li>{e(r.hypothesis.kind)} on {e(r.hypothesis.component)}: {e(r.verdict.status)} "
+            f"({e(r.verdict.reason)})</li>"
+            for r in others
+        )
+        parts.append("</ul>")
+
+    parts.append(
+        "<h2>Suspects</h2><table><tr><th>#</th><th>component</th><th>kind</th><th>status</th><th>score</th>"
+        "<th>why</th></tr>"
+    )
+    parts.extend(
+        f"<tr><td>{n}</td><td>{e(s.component)}</td><td>{e(s.kind)}</td><td>{e(s.status)}</td>"
+        f"<td>{s.score:.3f}</td><td>{e(s.why)}</td></tr>"
+        for n, s in enumerate(report.suspects[:8], 1)
+    )
+    parts.append("</table>")
+
+    parts.append("<h2>Lessons</h2>")
+    if report.lessons_used:
+        parts.append("<p><b>Used</b></p><ul>")
+        parts.extend(
+            f"<li><code>{e(u.lesson_id)}</code> (relevance {u.relevance:.2f}): "
+            f"{e('; '.join(u.effects) or 'no effect')}</li>"
+            for u in report.lessons_used
+        )
+        parts.append("</ul>")
+    if report.lessons:
+        parts.append("<p><b>Written</b></p><ul>")
+        parts.extend(
+            f"<li><code>{e(le.id)}</code> when {e(le.trigger.condition)}: {e(le.refuted_kind)} was refuted by "
+            f"{e('; '.join(c.value for c in le.refuting_evidence))}; next time first "
+            f"<code>{e(le.next_action.key())}</code></li>"
+            for le in report.lessons
+        )
+        parts.append("</ul>")
+    if not report.lessons_used and not report.lessons:
+        parts.append("<p class='meta'>No lessons used or written.</p>")
+
+    if report.unreadable_sources:
+        parts.append("<h2>Sources that could not be read</h2><ul>")
+        parts.extend(f"<li>{e(k)}: {e(v)}</li>" for k, v in report.unreadable_sources.items())
+        parts.append("</ul>")
+    if report.next_steps:
+        parts.append("<h2>Next steps</h2><ul>" + "".join(f"<li>{e(s)}</li>" for s in report.next_steps) + "</ul>")
+    c = report.cost
+    parts.append(
+        f"<h2>Cost</h2><p>{c.steps} steps · {c.tool_calls} tool calls ({c.cache_hits} cached) · "
+        f"~{c.tokens} tokens · {c.wall_ms:.0f} ms · strategy {e(report.strategy)}"
+        + (f" · stopped early: {e(report.budget_exhausted)}" if report.budget_exhausted else "")
+        + "</p>"
+    )
+    return _page(incident.title, "".join(parts))
+
+
+def not_found_page(what: str) -> str:
+    return _page("not found", f"<h1>Not found</h1><p>No incident {e(what)}.</p><p><a href='/'>All incidents</a></p>")

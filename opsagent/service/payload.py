@@ -1,0 +1,111 @@
+"""The Alertmanager webhook payload (version 4), validated on the way in.
+
+Alertmanager documents it at https://prometheus.io/docs/alerting/latest/configuration/#webhook_config.
+Unknown fields are allowed (newer Alertmanagers add some); every string must be valid UTF-8 so that
+whatever is accepted can be stored and shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from opsagent.incident import SERVICE_KEYS
+from opsagent.models import Alert
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("not valid UTF-8 (a lone surrogate?)") from exc
+    return text
+
+
+#: A string that can be stored and shown: valid UTF-8.
+Text = Annotated[str, AfterValidator(_utf8)]
+LabelSet = dict[Text, Text]
+
+
+class WebhookAlert(BaseModel):
+    """One alert of a notification (``alerts[]``)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    status: Literal["firing", "resolved"]
+    labels: LabelSet = Field(description="must hold at least one label, normally alertname")
+    annotations: LabelSet = Field(default_factory=dict)
+    starts_at: AwareDatetime = Field(alias="startsAt")
+    ends_at: AwareDatetime | None = Field(default=None, alias="endsAt")
+    generator_url: Text = Field(default="", alias="generatorURL")
+    fingerprint: Text = ""
+
+    @field_validator("ends_at", mode="before")
+    @classmethod
+    def _zero_time_is_none(cls, v: Any) -> Any:
+        # Alertmanager sends 0001-01-01T00:00:00Z for "not ended".
+        if isinstance(v, str) and v.startswith("0001-01-01"):
+            return None
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _has_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        if not labels:
+            raise ValueError("an alert needs at least one label (alertname)")
+        return labels
+
+    def as_alert(self) -> Alert:
+        return Alert(
+            labels=dict(self.labels),
+            annotations=dict(self.annotations),
+            starts_at=self.starts_at,
+            ends_at=self.ends_at,
+            generator_url=self.generator_url or None,
+            fingerprint=self.fingerprint or None,
+            status=self.status,
+        )
+
+
+class WebhookPayload(BaseModel):
+    """What Alertmanager POSTs to a ``webhook_configs`` receiver."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    version: Literal["4"]
+    group_key: Text = Field(alias="groupKey", min_length=1, max_length=4096)
+    truncated_alerts: int = Field(default=0, alias="truncatedAlerts", ge=0)
+    status: Literal["firing", "resolved"]
+    receiver: Text
+    group_labels: LabelSet = Field(default_factory=dict, alias="groupLabels")
+    common_labels: LabelSet = Field(default_factory=dict, alias="commonLabels")
+    common_annotations: LabelSet = Field(default_factory=dict, alias="commonAnnotations")
+    external_url: Text = Field(default="", alias="externalURL")
+    alerts: list[WebhookAlert] = Field(min_length=1)
+
+    @property
+    def firing(self) -> list[WebhookAlert]:
+        return [a for a in self.alerts if a.status == "firing"]
+
+    def candidates(self) -> list[WebhookAlert]:
+        """Alerts worth investigating, earliest first: the firing ones, or all when none fires."""
+        return sorted(self.firing or self.alerts, key=lambda a: a.starts_at)
+
+    def summary(self) -> Summary:
+        """What an incident is listed by: service, alert name, title (from the earliest firing alert)."""
+        lead = self.candidates()[0]
+        labels = {**lead.labels, **self.common_labels}
+        service = next((labels[k] for k in SERVICE_KEYS if labels.get(k)), "unknown")
+        alertname = labels.get("alertname", "alert")
+        title = self.common_annotations.get("summary") or lead.annotations.get("summary")
+        return Summary(service=service, alertname=alertname, title=title or f"{alertname} on {service}", lead=lead)
+
+
+@dataclass(frozen=True)
+class Summary:
+    service: str
+    alertname: str
+    title: str
+    lead: WebhookAlert

@@ -1,0 +1,161 @@
+"""Source providers: which data sources investigate an alert.
+
+The service asks a :class:`SourceProvider` for a :class:`Plan` per alert: the sources, the signal
+catalog and topology of the environment the alert comes from, and optionally a way to read raw
+series for the report page's charts. Live adapters (Prometheus, Elasticsearch, Jaeger, git) plug in
+as another provider; :class:`FixtureProvider` serves recorded incidents, which is what tests and
+demos use. A provider runs inside a worker process, so it must pickle (hold configuration, not
+connections) and build its sources there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+import yaml
+
+from adapters.replay import ReplayMetrics, as_rate
+from opsagent.catalog import SignalCatalog, default_catalog
+from opsagent.fixtures import Edge, Recording, SignalDef, load, unix
+from opsagent.incident import alert_services
+from opsagent.models import Alert
+from opsagent.pipeline import replay_sources
+from opsagent.stats import Sample, combine
+from opsagent.tools import Sources
+
+log = structlog.get_logger("opsagent.service.provider")
+
+#: An alert carrying this label names the recorded incident to replay.
+FIXTURE_LABEL = "opsagent_fixture"
+
+
+class SeriesReader(Protocol):
+    """Raw samples of a query, for charts (a live Prometheus answers with ``query_range``)."""
+
+    async def series(self, *, query: str, spec: SignalDef, start: datetime, end: datetime) -> list[Sample]: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one investigation runs against. ``alert`` is the alert as the data knows it (a replayed
+    incident keeps its recorded times, so the window holds its telemetry)."""
+
+    name: str
+    alert: Alert
+    sources: Sources
+    catalog: SignalCatalog
+    topology: list[Edge] = field(default_factory=list)
+    recording: Recording | None = None
+    series: SeriesReader | None = None
+
+
+class SourceProvider(Protocol):
+    name: str
+
+    def plan(self, alert: Alert) -> Plan | None:
+        """The sources for this alert, or None when this provider has no data for it."""
+
+
+class NoSources:
+    """Investigates with nothing to read: the report says which sources could not be read."""
+
+    name = "none"
+
+    def plan(self, alert: Alert) -> Plan | None:
+        return None
+
+
+class ReplaySeries:
+    """Raw series of a recorded incident, combined across pods the way the signal's spec says."""
+
+    def __init__(self, metrics: ReplayMetrics) -> None:
+        self.metrics = metrics
+
+    async def series(self, *, query: str, spec: SignalDef, start: datetime, end: datetime) -> list[Sample]:
+        matched = self.metrics._select(self.metrics._parse(query))
+        if not matched:
+            return []
+        members = [as_rate(m, spec.type) if spec.type is not None and m.type is None else s for m, _, s in matched]
+        lo, hi = unix(start), unix(end)
+        return [(t, v) for t, v in combine(members, spec.agg) if lo <= t <= hi]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    slug: str
+    alertname: str
+    services: tuple[str, ...]
+
+
+class FixtureProvider:
+    """Recorded incidents from a directory, matched to an alert by its ``opsagent_fixture`` label,
+    or else by alertname and service. Headers are indexed once; telemetry is loaded on first use
+    and kept (one worker process replays the same incident many times)."""
+
+    name = "fixtures"
+
+    def __init__(self, directory: Path, *, label: str = FIXTURE_LABEL, cache_size: int = 4) -> None:
+        self.directory = directory
+        self.label = label
+        self.cache_size = cache_size
+        self._index: dict[str, _Entry] | None = None
+        self._cache: dict[str, Recording] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_index": None, "_cache": {}}
+
+    def index(self) -> dict[str, _Entry]:
+        if self._index is None:
+            found: dict[str, _Entry] = {}
+            for header in sorted(self.directory.glob("*/incident.yaml")):
+                try:
+                    raw = yaml.safe_load(header.read_text(encoding="utf-8"))
+                    alert = Alert.model_validate(raw["alert"])
+                except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+                    log.warning("provider.fixture_skipped", path=str(header), error=str(exc))
+                    continue
+                slug = header.parent.name
+                found[slug] = _Entry(slug, alert.labels.get("alertname", ""), alert_services(alert))
+            self._index = found
+        return self._index
+
+    def match(self, alert: Alert) -> str | None:
+        index = self.index()
+        named = alert.labels.get(self.label)
+        if named is not None:
+            return named if named in index else None  # a label names an indexed slug, never a path
+        alertname = alert.labels.get("alertname", "")
+        service = alert_services(alert)[0]
+        for entry in index.values():
+            if entry.alertname == alertname and service in entry.services:
+                return entry.slug
+        return None
+
+    def recording(self, slug: str) -> Recording:
+        if slug not in self._cache:
+            if len(self._cache) >= self.cache_size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[slug] = load(self.directory / slug)[0]
+        return self._cache[slug]
+
+    def plan(self, alert: Alert) -> Plan | None:
+        slug = self.match(alert)
+        if slug is None:
+            return None
+        recording = self.recording(slug)
+        catalog = default_catalog().merged(recording.signals)
+        sources = replay_sources(recording, catalog)
+        metrics = sources.metrics
+        return Plan(
+            name=f"fixture:{slug}",
+            alert=recording.alert,
+            sources=sources,
+            catalog=catalog,
+            topology=recording.topology,
+            recording=recording,
+            series=ReplaySeries(metrics) if isinstance(metrics, ReplayMetrics) else None,
+        )

@@ -1,0 +1,319 @@
+"""The durable queue, from the service's side: accepting notifications and running their jobs.
+
+Every SQLite call runs on a :class:`StoreThread` (one connection, its own thread), so the event loop
+never waits on the disk. :class:`Inbox` commits the notifications that arrive while a commit is in
+flight together in the next one (group commit): one fsync for many answers, each answered only
+once its notification is on disk. :class:`Dispatcher` leases queued jobs to a :class:`Runner`, at
+most ``workers`` at once, renews the leases while they run, and records how each ended. A job
+whose process was killed is given back to the queue when the service starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from opsagent.service.metrics import ServiceMetrics
+from opsagent.service.worker import JobInput, JobOutput, Runner
+from opsagent.store import Accepted, ClaimedJob, IncidentRecord, NotificationIn, Store, StoreError
+
+log = structlog.get_logger("opsagent.service.queue")
+T = TypeVar("T")
+
+#: Most notifications written in one transaction.
+MAX_BATCH = 256
+
+
+class StoreThread:
+    """One store connection on a thread of its own; calls run there one at a time, in order."""
+
+    def __init__(self, path: Path, *, name: str) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._store: Store | None = None
+
+    def _run(self, fn: Callable[[Store], T]) -> T:
+        if self._store is None:
+            self._store = Store(self.path)
+        return fn(self._store)
+
+    async def call(self, fn: Callable[[Store], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, fn)
+
+    def close(self) -> None:
+        def _close() -> None:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+        self._executor.submit(_close)
+        self._executor.shutdown(wait=True)
+
+
+class Inbox:
+    """Accepts notifications with group commit: the first is written at once; those arriving
+    meanwhile are written together next, in arrival order."""
+
+    def __init__(self, writer: StoreThread) -> None:
+        self.writer = writer
+        self._pending: list[tuple[NotificationIn, asyncio.Future[Accepted]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def accept(self, notification: NotificationIn) -> Accepted:
+        future: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
+        self._pending.append((notification, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+        return await asyncio.shield(future)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            notes = [n for n, _ in batch]
+            try:
+                results = await self.writer.call(partial(Store.accept, notifications=notes))
+            except Exception as exc:  # every waiter hears why its notification was not stored
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Owner:
+    """Who holds a lease: ``host:pid:token``. At start, a job held by a dead process of this
+    host (or by an earlier life of this very pid, as in a container) is an orphan."""
+
+    def __init__(self) -> None:
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.token = secrets.token_hex(4)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}:{self.token}"
+
+    def orphaned(self, owner: str) -> bool:
+        parts = owner.rsplit(":", 2)
+        if len(parts) != 3 or not parts[1].isdigit():
+            return False
+        host, pid, token = parts[0], int(parts[1]), parts[2]
+        if host != self.host or token == self.token:
+            return False  # another host's job waits for its lease to run out
+        return pid == self.pid or not _alive(pid)
+
+
+Notify = Callable[[IncidentRecord], Awaitable[None]]
+
+
+def _release_all(store: Store, *, job_ids: list[int], owner: str, error: str) -> None:
+    for job_id in job_ids:
+        store.release_job(job_id, owner=owner, error=error, attempt=False)
+
+
+class Dispatcher:
+    """Leases queued jobs to the runner and records how each ended."""
+
+    def __init__(
+        self,
+        *,
+        writer: StoreThread,
+        runner: Runner,
+        metrics: ServiceMetrics,
+        lease_s: float = 30.0,
+        timeout_s: float = 300.0,
+        attempts: int = 3,
+        poll_s: float = 2.0,
+        on_done: Notify | None = None,
+        checkpointer: StoreThread | None = None,
+        checkpoint_s: float = 5.0,
+    ) -> None:
+        self.writer = writer
+        self.runner = runner
+        self.metrics = metrics
+        self.lease_s = lease_s
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.poll_s = poll_s
+        self.on_done = on_done
+        self.checkpointer = checkpointer
+        self.checkpoint_s = checkpoint_s
+        self.owner = Owner()
+        self._wake = asyncio.Event()
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._main: asyncio.Task[None] | None = None
+        self.started = False
+
+    @property
+    def alive(self) -> bool:
+        return self._main is not None and not self._main.done()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        requeued = await self.writer.call(lambda store: store.requeue_orphans(self.owner.orphaned))
+        if requeued:
+            log.info("queue.resumed", jobs=requeued)
+        self._main = asyncio.create_task(self._loop(), name="dispatcher")
+        self._spawn(self._renew())
+        if self.checkpointer is not None:
+            self._spawn(self._checkpoint(self.checkpointer))
+        self.started = True
+
+    async def stop(self) -> None:
+        """Stop taking jobs; jobs under way go back to the queue, not counted as an attempt, and
+        their workers are stopped: the next start (this host or another) runs them at once."""
+        held = list(self._running)
+        tasks = [t for t in (self._main, *self._running.values(), *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.runner.close(busy=bool(held))
+        if held:
+            release = partial(_release_all, job_ids=held, owner=str(self.owner), error="the service stopped")
+            try:
+                await self.writer.call(release)
+            except StoreError as exc:
+                log.warning("queue.release_failed", jobs=held, error=str(exc))
+            log.info("queue.released", jobs=held)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                while len(self._running) < self.runner.workers:
+                    job = await self.writer.call(self._claim)
+                    if job is None:
+                        break
+                    task = asyncio.create_task(self._execute(job), name=f"job-{job.id}")
+                    self._running[job.id] = task
+                    task.add_done_callback(partial(self._finished, job.id))
+            except StoreError as exc:  # a locked or failing store: try again at the next tick
+                log.warning("queue.claim_failed", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
+
+    def _finished(self, job_id: int, _task: object = None) -> None:
+        self._running.pop(job_id, None)
+        self._wake.set()
+
+    def _claim(self, store: Store) -> ClaimedJob | None:
+        return store.claim_job(owner=str(self.owner), now=time.time(), lease_s=self.lease_s, max_attempts=self.attempts)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            held = list(self._running)
+            if held:
+                renew = partial(
+                    Store.renew_leases, job_ids=held, owner=str(self.owner), until=time.time() + self.lease_s
+                )
+                try:
+                    await self.writer.call(renew)
+                except StoreError as exc:
+                    log.warning("queue.renew_failed", jobs=held, error=str(exc))
+
+    async def _checkpoint(self, on: StoreThread) -> None:
+        """Copies the WAL into the database file every few seconds, on another connection than
+        the one accepting notifications (whose commits would otherwise do it, now and then slowly)."""
+        while True:
+            await asyncio.sleep(self.checkpoint_s)
+            try:
+                await on.call(lambda store: store.checkpoint())
+            except StoreError as exc:
+                log.warning("store.checkpoint_failed", error=str(exc))
+
+    async def _execute(self, job: ClaimedJob) -> None:
+        try:
+            await self._run(job)
+        except StoreError as exc:  # the job keeps its lease until it runs out, then is taken again
+            log.error("job.unrecorded", job_id=job.id, incident_id=job.incident_id, error=str(exc))
+
+    async def _run(self, job: ClaimedJob) -> None:
+        owner = str(self.owner)
+        log.info("job.start", job_id=job.id, incident_id=job.incident_id, attempt=job.attempts)
+        started = time.perf_counter()
+        run = self.runner.run(JobInput(job_id=job.id, incident_id=job.incident_id, payload=job.payload))
+        try:
+            output: JobOutput = await asyncio.wait_for(run, timeout=self.timeout_s)
+        except BrokenProcessPool:  # a worker died under it: the job goes back to the queue
+            log.warning("job.worker_died", job_id=job.id, incident_id=job.incident_id)
+            await self.writer.call(partial(Store.release_job, job_id=job.id, owner=owner, error="the worker died"))
+            return
+        except TimeoutError:
+            log.error("job.timeout", job_id=job.id, incident_id=job.incident_id, timeout_s=self.timeout_s)
+            self.runner.restart()  # the hung worker is stopped
+            await self._fail(job, f"timed out after {self.timeout_s:.0f} s", started)
+            return
+        except Exception as exc:  # whatever stopped it, the job is recorded as failed, the service goes on
+            log.error(
+                "job.failed",
+                job_id=job.id,
+                incident_id=job.incident_id,
+                error=repr(exc),
+                traceback=traceback.format_exc(limit=10),
+            )
+            await self._fail(job, f"{type(exc).__name__}: {exc}", started)
+            return
+        elapsed = time.perf_counter() - started
+        finish = partial(
+            Store.finish_job,
+            job_id=job.id,
+            owner=owner,
+            now=datetime.now(UTC),
+            outcome=output.outcome,
+            report=output.report,
+        )
+        record = await self.writer.call(finish)
+        self.metrics.investigations.labels(outcome=output.outcome.outcome).inc()
+        self.metrics.duration.observe(elapsed)
+        for source in output.source_errors:
+            self.metrics.source_errors.labels(source=source).inc()
+        log.info(
+            "job.done",
+            job_id=job.id,
+            incident_id=job.incident_id,
+            outcome=output.outcome.outcome,
+            root_cause=f"{output.outcome.root_component}/{output.outcome.root_kind}",
+            seconds=round(elapsed, 2),
+        )
+        if record is not None and self.on_done is not None:
+            self._spawn(self.on_done(record))
+
+    async def _fail(self, job: ClaimedJob, error: str, started: float) -> None:
+        owner = str(self.owner)
+        await self.writer.call(lambda store: store.finish_job(job.id, owner=owner, now=datetime.now(UTC), error=error))
+        self.metrics.investigations.labels(outcome="failed").inc()
+        self.metrics.duration.observe(time.perf_counter() - started)

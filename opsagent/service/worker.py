@@ -1,0 +1,237 @@
+"""What runs in a worker: one job, from the notification it was queued for to a stored report.
+
+A :class:`Runner` runs jobs in worker processes (the default: an investigation is CPU work and must
+not slow the webhook's answers) or threads (tests), passing picklable values only. A :class:`Worker`
+opens its own store connection: the report and the lessons it teaches are written there, the job's
+bookkeeping by the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Literal
+
+import structlog
+from pydantic import BaseModel
+
+from opsagent.catalog import default_catalog
+from opsagent.lessons import rule_check
+from opsagent.logconfig import configure
+from opsagent.loop import Budget
+from opsagent.models import Lesson, Report
+from opsagent.pipeline import investigate, load_default_playbooks
+from opsagent.reasoner import PlaybookReasoner
+from opsagent.service.charts import Chart, collect
+from opsagent.service.payload import WebhookPayload
+from opsagent.service.provider import Plan, SourceProvider
+from opsagent.store import FinishedReport, JobOutcome, Store, StoreError
+from opsagent.tools import Sources
+
+log = structlog.get_logger("opsagent.service.worker")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    database: Path
+    provider: SourceProvider
+    playbooks: Path | None = None
+    strategy: str = "hybrid"
+    budget: Budget | None = None
+    lessons_top_k: int = 3
+    lessons_cap: int = 5
+    niceness: int = 10
+    log_level: str = "info"
+
+
+class JobInput(BaseModel):
+    job_id: int
+    incident_id: str
+    payload: str
+
+
+class JobOutput(BaseModel):
+    outcome: JobOutcome
+    report: FinishedReport
+    source_errors: dict[str, str]
+
+
+class Worker:
+    """Runs jobs with one configuration; one store connection per thread it runs on."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.playbooks = load_default_playbooks(config.playbooks)
+        self._local = threading.local()
+
+    def store(self) -> Store:
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = Store(self.config.database)
+            self._local.store = store
+        return store
+
+    def plan(self, payload: WebhookPayload) -> Plan | None:
+        for candidate in payload.candidates():
+            plan = self.config.provider.plan(candidate.as_alert())
+            if plan is not None:
+                return plan
+        return None
+
+    def run(self, job: JobInput) -> JobOutput:
+        """Investigate the alert group a job was queued for. The report comes back serialised, with
+        the lessons it teaches, for the service to store with the job's end in one transaction."""
+        payload = WebhookPayload.model_validate_json(job.payload)
+        plan = self.plan(payload)
+        try:
+            lessons = self.store().lessons()
+        except StoreError as exc:
+            log.warning("worker.lessons_unreadable", incident_id=job.incident_id, error=str(exc))
+            lessons = []
+        started = time.perf_counter()
+        report, charts = asyncio.run(_investigate(self, job, payload, plan, lessons))
+        wall_ms = round((time.perf_counter() - started) * 1000, 1)
+        issues = rule_check(report)
+        if issues:  # a live incident has no truth to learn against: only conclusions that pass the rules teach
+            log.info("worker.lessons_skipped", incident_id=job.incident_id, issues=issues)
+        rc = report.root_cause
+        outcome = JobOutcome(
+            outcome=report.status,
+            root_component=rc.component if rc else None,
+            root_kind=rc.kind if rc else None,
+            summary=report.statement[:500],
+            source=plan.name if plan is not None else "none",
+            wall_ms=wall_ms,
+            charts="[" + ",".join(c.model_dump_json() for c in charts) + "]",
+        )
+        finished = FinishedReport.of(report, lessons=[] if issues else report.lessons)
+        return JobOutput(outcome=outcome, report=finished, source_errors=dict(report.unreadable_sources))
+
+
+# ---------------------------------------------------------------- runners
+
+_process_worker: Worker | None = None
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """A worker whose service died (kill -9) exits too: its job is resumed by the next service."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(70)
+
+
+def _init_process(config: WorkerConfig, parent_pid: int) -> None:
+    global _process_worker
+    configure(level=config.log_level, json=True)
+    _process_worker = Worker(config)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
+    if config.niceness:
+        os.nice(config.niceness)  # investigations yield the CPU to the webhook's answers
+
+
+def _run_in_process(job: JobInput) -> JobOutput:
+    if _process_worker is None:
+        raise RuntimeError("worker process not initialised")
+    return _process_worker.run(job)
+
+
+class Runner:
+    """Runs jobs, at most ``workers`` at once, in worker processes (``process``) or threads."""
+
+    def __init__(self, config: WorkerConfig, *, workers: int, kind: Literal["process", "thread"] = "process") -> None:
+        self.config = config
+        self.workers = workers
+        self.kind = kind
+        self._worker = Worker(config) if kind == "thread" else None
+        self._executor = self._make()
+
+    def _make(self) -> Executor:
+        if self.kind == "thread":
+            return ThreadPoolExecutor(self.workers, thread_name_prefix="investigation")
+        return ProcessPoolExecutor(
+            self.workers,
+            mp_context=get_context("spawn"),
+            initializer=_init_process,
+            initargs=(self.config, os.getpid()),
+        )
+
+    async def run(self, job: JobInput) -> JobOutput:
+        """The job's output. Raises ``BrokenProcessPool`` when a worker died under it (the pool is
+        replaced once, however many jobs it was running)."""
+        loop = asyncio.get_running_loop()
+        executor = self._executor
+        if self._worker is not None:
+            return await loop.run_in_executor(executor, self._worker.run, job)
+        try:
+            return await loop.run_in_executor(executor, _run_in_process, job)
+        except BrokenProcessPool:
+            if executor is self._executor:
+                self.restart()
+            raise
+
+    def restart(self) -> None:
+        """A fresh pool, after a worker died or hung; jobs still running in the old one are lost
+        to it (their callers see an error and give the job back to the queue)."""
+        old, self._executor = self._executor, self._make()
+        self._stop(old)
+
+    def close(self, *, busy: bool = True) -> None:
+        """Stop the workers: idle ones exit cleanly; busy ones are stopped mid-investigation."""
+        if busy:
+            self._stop(self._executor)
+        else:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def _stop(executor: Executor) -> None:
+        # No public way to stop a running investigation: its job goes back to the queue.
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+
+
+async def _investigate(
+    worker: Worker, job: JobInput, payload: WebhookPayload, plan: Plan | None, lessons: list[Lesson]
+) -> tuple[Report, list[Chart]]:
+    config = worker.config
+    reasoner = PlaybookReasoner(worker.playbooks)
+    if plan is None:
+        report = await investigate(
+            payload.summary().lead.as_alert(),
+            sources=Sources(),
+            catalog=default_catalog(),
+            reasoner=reasoner,
+            strategy_name=config.strategy,
+            budget=config.budget,
+            lessons=lessons,
+            lessons_top_k=config.lessons_top_k,
+            lessons_cap=config.lessons_cap,
+            incident_id=job.incident_id,
+        )
+        return report, []
+    report = await investigate(
+        plan.alert,
+        sources=plan.sources,
+        catalog=plan.catalog,
+        reasoner=reasoner,
+        strategy_name=config.strategy,
+        budget=config.budget,
+        topology=plan.topology,
+        lessons=lessons,
+        lessons_top_k=config.lessons_top_k,
+        lessons_cap=config.lessons_cap,
+        incident_id=job.incident_id,
+        recording=plan.recording,
+        now=datetime.now(UTC),
+    )
+    return report, await collect(report, plan)

@@ -1,0 +1,363 @@
+"""The log summariser: parsing oddities, masking, template mining, change detection, budgeted text."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from opsagent.logsummary import (
+    LineParser,
+    LogSummariser,
+    Masker,
+    TemplateMiner,
+    families_of,
+    mask,
+    normalise_level,
+    render,
+)
+from opsagent.models import LogsData, TimeRange
+from opsagent.observations import estimate_tokens
+
+T0 = datetime(2026, 3, 17, 13, 0, tzinfo=UTC)
+BASELINE = TimeRange(start=T0, end=T0 + timedelta(minutes=50))
+WINDOW = TimeRange(start=T0 + timedelta(minutes=60), end=T0 + timedelta(minutes=90))
+
+
+@dataclass(frozen=True)
+class Line:
+    ts: datetime
+    service: str
+    level: str
+    message: str
+
+
+def at(minute: float) -> datetime:
+    return T0 + timedelta(minutes=minute)
+
+
+def summarise(lines: list[Line], **options: int) -> LogsData:
+    return LogSummariser(**options).summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+
+
+# ---------------------------------------------------------------- levels
+
+
+@pytest.mark.parametrize(
+    ("spelling", "level"),
+    [
+        ("INFO", "info"),
+        ("I", "info"),
+        ("info", "info"),
+        ("INF", "info"),
+        ("notice", "info"),
+        ("WARN", "warn"),
+        ("WARNING", "warn"),
+        ("W", "warn"),
+        ("ERR", "error"),
+        ("ERROR", "error"),
+        ("E", "error"),
+        ("[error]", "error"),
+        ("FATAL", "fatal"),
+        ("CRIT", "fatal"),
+        ("critical", "fatal"),
+        ("PANIC", "fatal"),
+        ("DEBUG", "debug"),
+        ("trace", "debug"),
+        ("0", "fatal"),  # syslog emergency
+        ("3", "error"),  # syslog err
+        ("4", "warn"),
+        ("6", "info"),
+        ("7", "debug"),
+        ("50", "error"),  # pino
+        ("30", "info"),
+        ("whatever", "unknown"),
+        ("", "unknown"),
+    ],
+)
+def test_level_spellings_normalise_to_five_levels(spelling: str, level: str) -> None:
+    assert normalise_level(spelling) == level
+
+
+# ---------------------------------------------------------------- raw lines
+
+
+def parse(lines: list[str | bytes]) -> tuple[list[object], LineParser]:
+    parser = LineParser(service="api", default_ts=T0)
+    return list(parser.parse(lines)), parser
+
+
+def test_a_json_line_gives_its_fields() -> None:
+    line = json.dumps(
+        {"@timestamp": "2026-03-17T14:05:21Z", "log": {"level": "ERROR"}, "message": "boom", "service": {"name": "pay"}}
+    )
+    (rec,), parser = parse([line])
+    assert (rec.ts, rec.level, rec.message, rec.service) == (
+        datetime(2026, 3, 17, 14, 5, 21, tzinfo=UTC),
+        "ERROR",
+        "boom",
+        "pay",
+    )  # type: ignore[attr-defined]
+    assert parser.counts["json"] == 1
+
+
+def test_a_logfmt_line_gives_its_fields() -> None:
+    (rec,), parser = parse(['ts=2026-03-17T14:05:21Z level=warn msg="slow call" dur=2s'])
+    assert (rec.level, rec.message) == ("warn", "slow call")  # type: ignore[attr-defined]
+    assert parser.counts["logfmt"] == 1
+
+
+def test_a_plain_line_gives_timestamp_level_and_message() -> None:
+    (rec,), parser = parse(["2026-03-17 14:05:21,123 ERROR [main] connection refused"])
+    assert rec.ts == datetime(2026, 3, 17, 14, 5, 21, 123000, tzinfo=UTC)  # type: ignore[attr-defined]
+    assert (rec.level, rec.message) == ("ERROR", "[main] connection refused")  # type: ignore[attr-defined]
+    assert parser.counts["plain"] == 1 and parser.counts["naive_timestamp"] == 1
+
+
+def test_a_line_without_timestamp_takes_the_previous_one_and_is_counted() -> None:
+    records, parser = parse(["2026-03-17T14:05:21Z INFO started", "worker ready"])
+    assert [r.ts for r in records] == [datetime(2026, 3, 17, 14, 5, 21, tzinfo=UTC)] * 2  # type: ignore[attr-defined]
+    assert parser.counts["no_timestamp"] == 1 and parser.counts["no_level"] == 1
+
+
+def test_bytes_that_are_not_utf8_are_replaced_and_counted() -> None:
+    (rec,), parser = parse([b"2026-03-17T14:05:21Z ERROR bad \xff\xfe byte"])
+    assert "\ufffd" in rec.message  # type: ignore[attr-defined]
+    assert parser.counts["non_utf8"] == 1
+
+
+def test_a_line_over_64_kib_is_cut_and_counted() -> None:
+    (rec,), parser = parse(["2026-03-17T14:05:21Z ERROR " + "x" * 100_000])
+    assert len(rec.message) < 64 * 1024  # type: ignore[attr-defined]
+    assert parser.counts["oversized"] == 1
+
+
+def test_broken_json_is_read_as_plain_text_and_counted() -> None:
+    (rec,), parser = parse(['{"level": "error", "message": "cut in the mid'])
+    assert rec.message.startswith("{")  # type: ignore[attr-defined]
+    assert parser.counts["bad_json"] == 1
+
+
+def test_stack_frames_continue_the_previous_record() -> None:
+    records, parser = parse(
+        [
+            "2026-03-17T14:05:21Z ERROR java.lang.IllegalStateException: boom",
+            "\tat com.shop.Order.place(Order.java:42)",
+            "",
+        ]
+    )
+    assert len(records) == 1 and records[0].message.endswith("(Order.java:42)")  # type: ignore[attr-defined]
+    assert parser.counts["continuation"] == 1 and parser.counts["empty"] == 1
+    assert "exception" in families_of(records[0].message)  # type: ignore[attr-defined]
+
+
+def test_summarising_raw_lines_reports_every_oddity() -> None:
+    lines: list[str | bytes] = [
+        "2026-03-17T14:05:00Z ERROR payment declined",
+        b"2026-03-17T14:06:00Z ERROR \xff",
+        "no timestamp here",
+        "2026-03-17T13:10:00Z LOUD odd level",
+    ]
+    data = LogSummariser().summarise_lines(lines, baseline=BASELINE, window=WINDOW, service="api")
+    assert data.total == 4
+    assert {"non_utf8", "no_timestamp", "replacement_characters", "unknown_level"} <= set(data.oddities)
+
+
+# ---------------------------------------------------------------- masking
+
+
+@pytest.mark.parametrize(
+    ("message", "masked"),
+    [
+        ("retry 3 of 5", "retry <NUM> of <NUM>"),
+        ("took 2.5s", "took <NUM>"),
+        ("took 12 ms", "took <DURATION>"),
+        ("GET /v1/stock/SKU-63363 -> 200 (6 ms)", "GET <PATH> -> <NUM> (<DURATION>)"),
+        ("lock 0x7f3a2c held", "lock <HEX> held"),
+        ("span a8e147e1f59e8c2a33d9b0df73d70f31", "span <HEX>"),
+        ("order 6c3a9a36-3108-43c3-cd50-c3f26b5362a5 failed", "order <UUID> failed"),
+        ("from 10.40.1.106", "from <IP>"),
+        ("peer 10.40.1.106:44604 closed", "peer <ADDR> closed"),
+        ("dial db.prod.internal:5432 refused", "dial <ADDR> refused"),
+        ("see https://status.example.com/x?y=1 now", "see <URL> now"),
+        ("mail ops@example.com", "mail <EMAIL>"),
+        ("open /var/lib/data/x.db", "open <PATH>"),
+        ("sent 1190 bytes (1.16 KB), got 5 B", "sent <SIZE>, got <SIZE>"),
+        ("at 2026-03-17T14:05:21.123Z ok", "at <DATE> ok"),
+        ("at Sun Jul 3 10:05:25 2005 ok", "at <DATE> ok"),
+        ("lifetime 00:02", "lifetime <TIME>"),
+        ("ready=true,mode=false", "ready=<BOOL>,mode=<BOOL>"),
+        ("session opened for user cyrus", "session opened for user <USER>"),
+        ("status=503 path=/api/v1/orders", "status=<NUM> path=<PATH>"),
+        ("VM Started (Lifecycle Event)", "VM Started (Lifecycle Event)"),
+    ],
+)
+def test_masking(message: str, masked: str) -> None:
+    assert mask(message) == masked
+
+
+def test_raw_tokens_line_up_with_masked_tokens() -> None:
+    masked, raw = Masker().tokens("sent 1190 bytes (1.16 KB) to 10.0.0.1:80 in 12 ms")
+    assert len(masked) == len(raw)
+    assert dict(zip(masked, raw, strict=True))["<SIZE>"] == "1190 bytes (1.16 KB)"
+    assert dict(zip(masked, raw, strict=True))["<DURATION>"] == "12 ms"
+
+
+def test_a_messages_digits_do_not_change_its_masks_or_families() -> None:
+    summariser = LogSummariser()
+    for message in [
+        "HTTP 503 from upstream",
+        "status=429 quota",
+        "x509 expired",
+        "pod web-7f9c4 OOMKilled",
+        "0x1f at 1x2",
+    ]:
+        parsed = summariser.parse(message)
+        assert parsed.key == Masker().tokens(message)[0]
+        assert sorted(parsed.families) == sorted(families_of(message))
+
+
+# ---------------------------------------------------------------- template mining
+
+
+def test_messages_that_differ_in_numbers_share_a_template() -> None:
+    miner = TemplateMiner()
+    a, _ = miner.add(mask("connection timeout after 2000 ms to postgres-orders").split())
+    b, _ = miner.add(mask("connection timeout after 3000 ms to postgres-orders").split())
+    assert a is b
+
+
+def test_vm_started_and_vm_paused_stay_distinguishable() -> None:
+    lines = [
+        Line(
+            at(61 + i / 10),
+            "nova",
+            "INFO",
+            f"[instance: {i:08d}-fe1a-409b-b8cc-1e88b294cd1d] VM {state} (Lifecycle Event)",
+        )
+        for i, state in enumerate(["Started", "Paused", "Resumed", "Started", "Paused", "Stopped"] * 5)
+    ]
+    data = summarise(lines)
+    text = render(data, budget_tokens=2000)
+    assert "Started" in text and "Paused" in text
+    templates = {t.template for t in data.templates}
+    values = [v for t in data.templates for v in t.values]
+    assert any("Started" in t for t in templates) or any({"Started", "Paused"} <= set(v) for v in values)
+
+
+def test_words_in_one_slot_become_a_variable_once_there_are_many() -> None:
+    users = ["root", "admin", "oracle", "guest", "support", "backup"]
+    miner = TemplateMiner()
+    ids = [miner.add(f"Failed password for {u} from <IP> port <NUM> ssh2".split())[0] for u in users * 2]
+    roots = miner.merged()
+    assert len({roots[t.index] for t in ids if t}) == 1
+
+
+def test_a_few_words_in_one_slot_stay_separate_events() -> None:
+    miner = TemplateMiner()
+    ids = [miner.add(f"Instance {w} successfully on host <IP>".split())[0] for w in ["spawned", "destroyed"] * 3]
+    roots = miner.merged()
+    assert len({roots[t.index] for t in ids if t}) == 2
+
+
+def test_values_of_a_variable_are_counted_exactly() -> None:
+    lines = [Line(at(61), "api", "ERROR", f"call to {svc} failed") for svc in ["payments-api"] * 7 + ["ledger-api"] * 3]
+    (template,) = summarise(lines).templates
+    assert template.template == "call to <*> failed"
+    assert template.values == [{"payments-api": 7, "ledger-api": 3}]
+
+
+def test_template_ids_are_stable_for_the_same_text() -> None:
+    lines = [Line(at(61), "api", "ERROR", f"timeout after {n} ms") for n in range(10)]
+    first = summarise(lines).templates[0]
+    again = summarise(list(reversed(lines))).templates[0]
+    assert (first.id, first.template) == (again.id, again.template)
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def test_lines_past_the_template_limit_go_to_an_other_bucket_and_counts_add_up() -> None:
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+    lines = [Line(at(61 + i % 20), "api", "WARN", f"{w} subsystem degraded") for i, w in enumerate(words * 4)]
+    lines += [Line(at(55), "api", "INFO", "between baseline and window")]  # in neither range
+    data = summarise(lines, template_limit=3, max_templates=2)
+    assert data.other is not None and data.other.count == 28 and data.templates_total == 3
+    assert sum(t.count for t in data.templates) + data.unlisted + data.other.count == data.total == 40
+    assert data.outside_range == 1 and sum(data.by_level.values()) == 40
+    assert "matched no template" in render(data)
+
+
+def test_counts_by_level_service_family_and_time_are_exact() -> None:
+    lines = [
+        Line(at(61 + i), "api" if i % 2 else "db", "ERROR" if i < 3 else "info", f"request {i} timed out")
+        for i in range(10)
+    ]
+    lines += [Line(at(10), "api", "INFO", "request 99 timed out")]
+    data = summarise(lines)
+    assert data.by_level == {"info": 7, "error": 3}
+    assert data.by_service == {"api": 5, "db": 5}
+    assert data.families == {"timeout": 10} and data.baseline_families == {"timeout": 1}
+    assert sum(data.histogram) == 11 and sum(data.error_histogram) == 3
+
+
+# ---------------------------------------------------------------- change against the baseline
+
+
+def test_new_bursting_and_vanished_templates_are_detected() -> None:
+    lines = []
+    for m in range(50):  # one line a minute in the baseline
+        lines.append(Line(at(m), "api", "INFO", f"health check ok in {m} ms"))
+        lines.append(Line(at(m), "api", "ERROR", f"retrying payment {m}"))
+        lines.append(Line(at(m), "api", "INFO", f"cache warmed {m} keys"))
+    for m in range(60, 90):
+        lines.append(Line(at(m), "api", "INFO", f"health check ok in {m} ms"))  # same rate: neither
+        lines.extend(Line(at(m + k / 10), "api", "ERROR", f"retrying payment {m}") for k in range(5))  # x5
+        lines.append(Line(at(m), "api", "ERROR", f"connection refused by ledger-{m % 3}"))  # new
+    data = summarise(lines)
+    flags = {t.template: (t.new, t.bursting) for t in data.templates}
+    assert flags["health check ok in <DURATION>"] == (False, False)
+    assert flags["retrying payment <NUM>"] == (False, True)
+    assert flags["connection refused by ledger-<NUM>"] == (True, True)
+    assert [t.template for t in data.vanished] == ["cache warmed <NUM> keys"]
+    assert data.templates[0].template == "connection refused by ledger-<NUM>"  # new errors first
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def busy_summary() -> LogsData:
+    lines = []
+    for m in range(60, 90):
+        for k in range(20):
+            lines.append(
+                Line(
+                    at(m + k / 20),
+                    f"svc-{k % 4}",
+                    "ERROR",
+                    f"upstream {k} returned 503 after {m} ms for order ord_{m}{k}",
+                )
+            )
+            lines.append(Line(at(m + k / 20), f"svc-{k % 4}", "INFO", f"GET /v1/items/{m * k} -> 200 ({k} ms)"))
+            lines.append(Line(at(m + k / 20), "db", "WARN", f"slow query on table t{k % 7} took {m} ms"))
+    return summarise(lines)
+
+
+@pytest.mark.parametrize("budget", [1, 3, 10, 25, 60, 120, 300, 600, 2000])
+def test_rendering_never_exceeds_its_budget(budget: int) -> None:
+    text = render(busy_summary(), budget_tokens=budget)
+    assert estimate_tokens(text) <= budget
+
+
+def test_rendering_puts_new_errors_first_with_citable_ids() -> None:
+    data = busy_summary()
+    text = render(data, budget_tokens=150)
+    first_template = next(line for line in text.splitlines() if line.startswith("["))
+    assert first_template.startswith(f"[{data.templates[0].id}] NEW error")
+
+
+def test_rendering_says_when_counts_are_estimated() -> None:
+    data = busy_summary().model_copy(update={"estimated": True})
+    assert "estimated from a sample" in render(data, budget_tokens=100)

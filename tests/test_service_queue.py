@@ -1,0 +1,214 @@
+"""The durable queue in the store, the group-commit inbox, leases, the notifier and the charts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from prometheus_client import generate_latest
+
+from opsagent.models import TimeRange
+from opsagent.service.charts import Chart, Marker, svg
+from opsagent.service.metrics import ServiceMetrics
+from opsagent.service.notifier import SlackNotifier
+from opsagent.service.queue import Inbox, Owner, StoreThread
+from opsagent.store import IncidentRecord, JobOutcome, NotificationIn, Store
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def note(group: str = "g1", status: str = "firing", at: datetime = NOW) -> NotificationIn:
+    return NotificationIn(
+        group_key=group,
+        status=status,  # type: ignore[arg-type]
+        receiver="opsagent",
+        service="order-service",
+        alertname="HighLatency",
+        title="order-service slow",
+        payload='{"version": "4"}',
+        received_at=at,
+    )
+
+
+def test_accept_dedups_by_group_in_one_transaction(tmp_path: Path) -> None:
+    with Store(tmp_path / "db.sqlite") as store:
+        results = store.accept(
+            [note("a"), note("a"), note("b"), note("a", "resolved"), note("a"), note("c", "resolved")]
+        )
+        assert [r.action for r in results] == ["opened", "updated", "opened", "resolved", "opened", "ignored"]
+        assert results[0].incident_id == results[1].incident_id == results[3].incident_id != results[4].incident_id
+        assert [r.job_id is not None for r in results] == [True, False, True, False, True, False]
+        assert store.notification_count() == 6 and store.job_counts()["queued"] == 3
+        first = store.incident(results[0].incident_id or "")
+        assert first is not None and first.state == "resolved" and first.notifications == 3
+
+
+def test_jobs_are_leased_renewed_retaken_and_given_up(tmp_path: Path) -> None:
+    with Store(tmp_path / "db.sqlite") as store:
+        store.accept([note("a"), note("b")])
+        t = 1_000.0
+        job = store.claim_job(owner="h:1:x", now=t, lease_s=10, max_attempts=2)
+        assert job is not None and job.attempts == 1
+        other = store.claim_job(owner="h:2:y", now=t, lease_s=10, max_attempts=2)
+        assert other is not None and other.id != job.id
+        assert store.claim_job(owner="h:2:y", now=t + 5, lease_s=10, max_attempts=2) is None  # both leased
+        store.renew_leases([job.id], owner="h:1:x", until=t + 30)
+        retaken = store.claim_job(owner="h:3:z", now=t + 15, lease_s=10, max_attempts=2)
+        assert retaken is not None and retaken.id == other.id and retaken.attempts == 2  # its lease ran out
+        # the old owner's late answer is ignored; the new owner's counts
+        assert store.finish_job(other.id, owner="h:2:y", now=NOW, outcome=JobOutcome(outcome="confirmed")) is None
+        done = store.finish_job(other.id, owner="h:3:z", now=NOW, outcome=JobOutcome(outcome="confirmed"))
+        assert isinstance(done, IncidentRecord) and done.investigation == "done" and done.outcome == "confirmed"
+        # the first job's owner dies twice: the third claim gives up on it
+        assert store.claim_job(owner="h:4:w", now=t + 45, lease_s=10, max_attempts=2) is not None
+        assert store.claim_job(owner="h:5:v", now=t + 60, lease_s=10, max_attempts=2) is None
+        failed = store.incident(job.incident_id)
+        assert failed is not None and failed.investigation == "failed" and "gave up after 2" in (failed.error or "")
+        assert store.job_counts() == {"queued": 0, "running": 0, "done": 1, "failed": 1}
+
+
+def test_a_dead_processs_jobs_go_back_to_the_queue_at_start(tmp_path: Path) -> None:
+    owner = Owner()
+    dead_pid = 2**22 + 17  # above pid_max: no such process
+    with Store(tmp_path / "db.sqlite") as store:
+        store.accept([note("a"), note("b"), note("c")])
+        store.claim_job(owner=f"{owner.host}:{dead_pid}:aaaa", now=1.0, lease_s=1e9, max_attempts=3)
+        store.claim_job(owner=f"other-host:{dead_pid}:bbbb", now=1.0, lease_s=1e9, max_attempts=3)
+        store.claim_job(owner=f"{owner.host}:{os.getpid()}:cccc", now=1.0, lease_s=1e9, max_attempts=3)
+        requeued = store.requeue_orphans(owner.orphaned)
+        # the dead local process's job, and an earlier life of this very pid (a container restart)
+        assert len(requeued) == 2 and store.job_counts()["queued"] == 2 and store.job_counts()["running"] == 1
+    assert not owner.orphaned(str(owner)) and not owner.orphaned("garbage")
+
+
+def test_the_inbox_commits_concurrent_notifications_together(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    async def run() -> list[str]:
+        writer = StoreThread(tmp_path / "db.sqlite", name="test-writer")
+        original = Store.accept
+
+        def counting(self: Store, notifications: list[NotificationIn]) -> object:
+            calls.append(len(notifications))
+            return original(self, notifications)
+
+        Store.accept = counting  # type: ignore[method-assign, assignment]
+        try:
+            inbox = Inbox(writer)
+            results = await asyncio.gather(*(inbox.accept(note(f"g{i % 5}")) for i in range(40)))
+        finally:
+            Store.accept = original  # type: ignore[method-assign]
+            writer.close()
+        return [r.action for r in results]
+
+    actions = asyncio.run(run())
+    assert actions.count("opened") == 5 and actions.count("updated") == 35
+    assert sum(calls) == 40 and len(calls) < 40  # fewer commits than notifications
+
+
+def incident() -> IncidentRecord:
+    return IncidentRecord(
+        id="inc-123",
+        group_key="g",
+        state="firing",
+        investigation="done",
+        service="order-service",
+        alertname="HighLatency",
+        title="order-service p99 latency 2.25s",
+        receiver="opsagent",
+        created_at=NOW,
+        updated_at=NOW,
+        resolved_at=None,
+        notifications=1,
+        outcome="confirmed",
+        root_component="order-service",
+        root_kind="config_change",
+    )
+
+
+def test_the_notifier_retries_then_gives_up_on_a_refusal() -> None:
+    answers = iter([httpx.Response(503), httpx.Response(429, headers={"retry-after": "0"}), httpx.Response(200)])
+    seen: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return next(answers)
+
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    metrics = ServiceMetrics()
+    notifier = SlackNotifier(
+        "https://hooks.example/services/T/B/xyzzy-token",
+        public_url="https://opsagent.example/",
+        metrics=metrics,
+        transport=httpx.MockTransport(handler),
+        sleep=sleep,
+    )
+    assert asyncio.run(notifier.notify(incident()))
+    assert len(seen) == 3 and slept == [0.5, 0.0]
+    text = str(seen[0]["text"])
+    assert "config_change on order-service" in text and "https://opsagent.example/incidents/inc-123.html" in text
+    assert "xyzzy" not in repr(notifier)
+
+    refused = SlackNotifier(
+        "https://hooks.example/x", transport=httpx.MockTransport(lambda r: httpx.Response(400)), sleep=sleep
+    )
+    calls_before = len(slept)
+    assert not asyncio.run(refused.notify(incident())) and len(slept) == calls_before  # a 400 is not retried
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    down = SlackNotifier("https://hooks.example/x", transport=httpx.MockTransport(broken), sleep=sleep, attempts=3)
+    assert not asyncio.run(down.notify(incident()))
+    assert 'opsagent_notify_total{result="sent"} 1.0' in generate_latest(metrics.registry).decode()
+
+
+def test_charts_mark_baseline_onset_shift_changes_and_escape_text() -> None:
+    start = NOW - timedelta(hours=1)
+    chart = Chart(
+        observation_id="m-1",
+        role="supports",
+        title='threadpool <active> & "queue"',
+        unit="threads",
+        points=[(start.timestamp() + 60 * i, 4.0 if i > 40 else 30.0) for i in range(60)],
+        window=TimeRange(start=start, end=NOW),
+        baseline=TimeRange(start=start, end=start + timedelta(minutes=30)),
+        baseline_level=30.0,
+        onset=start + timedelta(minutes=41),
+        shift=start + timedelta(minutes=40),
+        changes=[Marker(ts=start + timedelta(minutes=38), label="config <push>")],
+        limit=32.0,
+    )
+    drawn = svg(chart)
+    assert drawn.startswith("<svg") and drawn.endswith("</svg>")
+    for cls in ("baseline", "onset", "shift", "change", "limit", "base-level", "series"):
+        assert f'class="{cls}"' in drawn, cls
+    assert "<active>" not in drawn and "&lt;active&gt;" in drawn and "config &lt;push&gt;" in drawn
+
+
+def test_a_job_whose_worker_keeps_dying_is_failed_after_its_attempts(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from opsagent.service.app import create_app
+    from tests.service_support import AUTH, DyingProvider, notification, settings, wait_for
+
+    app = create_app(settings(tmp_path, job_attempts=2), provider=DyingProvider(), runner="process", poll_s=0.2)
+    with TestClient(app) as client:
+        incident_id = client.post("/webhook/alertmanager", json=notification(), headers=AUTH).json()["incident_id"]
+
+        def failed() -> dict[str, object] | None:
+            incident = client.get(f"/incidents/{incident_id}").json()["incident"]
+            return incident if incident["investigation"] == "failed" else None
+
+        incident = wait_for(failed, timeout_s=60)
+        assert "gave up after 2 attempt(s)" in str(incident["error"])
+        assert client.get("/readyz").status_code == 200  # the service itself carries on
+        assert 'opsagent_investigations_total{outcome="failed"}' in client.get("/metrics").text
