@@ -66,6 +66,8 @@ def summarise(lines: list[Line], **options: int) -> LogsData:
         ("PANIC", "fatal"),
         ("DEBUG", "debug"),
         ("trace", "debug"),
+        ("LOG", "info"),  # PostgreSQL
+        ("verbose", "debug"),
         ("0", "fatal"),  # syslog emergency
         ("3", "error"),  # syslog err
         ("4", "warn"),
@@ -151,6 +153,25 @@ def test_stack_frames_continue_the_previous_record() -> None:
     assert len(records) == 1 and records[0].message.endswith("(Order.java:42)")  # type: ignore[attr-defined]
     assert parser.counts["continuation"] == 1 and parser.counts["empty"] == 1
     assert "exception" in families_of(records[0].message)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "=" * 70_000,
+        "x=" * 35_000,
+        "{" * 5_000,
+        b"\xff\xfe" * 1_000,
+        "\x00\x01\x02",
+        "2026-13-45T99:99:99Z ERROR impossible date",
+        '{"ts": 1e400, "level": null, "message": ["a", 1]}',
+        "Feb 30 10:00:00 host app: no such day",
+        "a@" * 20_000,
+    ],
+)
+def test_pathological_lines_are_summarised_without_raising(line: str | bytes) -> None:
+    data = LogSummariser().summarise_lines([line, line], baseline=BASELINE, window=WINDOW, service="api")
+    assert data.total + data.outside_range == 2
 
 
 def test_summarising_raw_lines_reports_every_oddity() -> None:
