@@ -10,7 +10,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 #: The fault taxonomy. ``truth.kind`` in fixtures and ``kind`` in playbooks come from here.
 FAULT_KINDS: tuple[str, ...] = (
@@ -90,33 +90,35 @@ class TimeRange(Frozen):
 # ---------------------------------------------------------------- the trigger
 
 
+def _zero_time_is_none(v: Any) -> Any:
+    # Alertmanager sends 0001-01-01T00:00:00Z for "not ended".
+    if isinstance(v, str) and v.startswith("0001-01-01"):
+        return None
+    return v
+
+
+def require_labels(labels: dict[str, str]) -> dict[str, str]:
+    if not labels:
+        raise ValueError("an alert needs at least one label (alertname)")
+    return labels
+
+
+#: An alert's endsAt: None while it has not ended. Shared by every model of an Alertmanager alert.
+AlertEnd = Annotated[AwareDatetime | None, BeforeValidator(_zero_time_is_none)]
+
+
 class Alert(BaseModel):
     """An Alertmanager alert object (as in the webhook payload's ``alerts[]``)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 
-    labels: dict[str, str]
+    labels: Annotated[dict[str, str], AfterValidator(require_labels)]
     annotations: dict[str, str] = Field(default_factory=dict)
     starts_at: AwareDatetime = Field(alias="startsAt")
-    ends_at: AwareDatetime | None = Field(default=None, alias="endsAt")
+    ends_at: AlertEnd = Field(default=None, alias="endsAt")
     generator_url: str | None = Field(default=None, alias="generatorURL")
     fingerprint: str | None = None
     status: str | None = None
-
-    @field_validator("ends_at", mode="before")
-    @classmethod
-    def _zero_time_is_none(cls, v: Any) -> Any:
-        # Alertmanager sends 0001-01-01T00:00:00Z for "not ended".
-        if isinstance(v, str) and v.startswith("0001-01-01"):
-            return None
-        return v
-
-    @field_validator("labels")
-    @classmethod
-    def _has_alertname(cls, labels: dict[str, str]) -> dict[str, str]:
-        if not labels:
-            raise ValueError("an alert needs at least one label (alertname)")
-        return labels
 
 
 class Incident(Frozen):

@@ -8,12 +8,12 @@ whatever is accepted can be stored and shown.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from opsagent.incident import SERVICE_KEYS
-from opsagent.models import Alert
+from opsagent.models import Alert, AlertEnd, require_labels
 
 
 def _utf8(text: str) -> str:
@@ -35,27 +35,14 @@ class WebhookAlert(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 
     status: Literal["firing", "resolved"]
-    labels: LabelSet = Field(description="must hold at least one label, normally alertname")
+    labels: Annotated[LabelSet, AfterValidator(require_labels)] = Field(
+        description="must hold at least one label, normally alertname"
+    )
     annotations: LabelSet = Field(default_factory=dict)
     starts_at: AwareDatetime = Field(alias="startsAt")
-    ends_at: AwareDatetime | None = Field(default=None, alias="endsAt")
+    ends_at: AlertEnd = Field(default=None, alias="endsAt")
     generator_url: Text = Field(default="", alias="generatorURL")
     fingerprint: Text = ""
-
-    @field_validator("ends_at", mode="before")
-    @classmethod
-    def _zero_time_is_none(cls, v: Any) -> Any:
-        # Alertmanager sends 0001-01-01T00:00:00Z for "not ended".
-        if isinstance(v, str) and v.startswith("0001-01-01"):
-            return None
-        return v
-
-    @field_validator("labels")
-    @classmethod
-    def _has_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        if not labels:
-            raise ValueError("an alert needs at least one label (alertname)")
-        return labels
 
     def as_alert(self) -> Alert:
         return Alert(
