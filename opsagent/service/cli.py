@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +71,10 @@ def serve(
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     configure(level=log_level, json=True)
+    # Everything built so far (modules, the app, its schemas) lives as long as the process. Frozen, it
+    # is no longer re-scanned by full collections, which otherwise stall every answer ~40 ms under load.
+    gc.collect()
+    gc.freeze()
     uvicorn.run(
         app,
         host=settings.host,
