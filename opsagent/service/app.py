@@ -36,7 +36,7 @@ from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import Notifier, SlackNotifier
 from opsagent.service.pages import incident_page, index_page, not_found_page
 from opsagent.service.payload import WebhookPayload
-from opsagent.service.provider import FixtureProvider, NoSources, SourceProvider
+from opsagent.service.provider import SourceProvider, provider_for
 from opsagent.service.queue import Dispatcher, Inbox, StoreThread
 from opsagent.service.worker import Runner, WorkerConfig
 from opsagent.settings import Settings, load_settings
@@ -179,7 +179,7 @@ def create_app(
     credentials = Credentials.from_settings(settings)
     metrics = metrics or ServiceMetrics()
     if provider is None:
-        provider = FixtureProvider(settings.fixtures_dir) if settings.fixtures_dir else NoSources()
+        provider = provider_for(settings)
     config = WorkerConfig(
         database=settings.database,
         provider=provider,

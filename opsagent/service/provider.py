@@ -2,14 +2,16 @@
 
 The service asks a :class:`SourceProvider` for a :class:`Plan` per alert: the sources, the signal
 catalog and topology of the environment the alert comes from, and optionally a way to read raw
-series for the report page's charts. Live adapters (Prometheus, Elasticsearch, Jaeger, git) plug in
-as another provider; :class:`FixtureProvider` serves recorded incidents, which is what tests and
-demos use. A provider runs inside a worker process, so it must pickle (hold configuration, not
-connections) and build its sources there.
+series for the report page's charts. :class:`LiveProvider` reads the systems the settings configure
+(Prometheus, Elasticsearch, git, Jaeger…), which is what production runs; :class:`FixtureProvider`
+serves recorded incidents, which is what tests and demos use; :func:`provider_for` picks from the
+settings. A provider runs inside a worker process, so it must pickle (hold configuration, not
+connections) and build its sources there, per job; a plan's ``close`` releases them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,12 +20,16 @@ from typing import Any, Protocol
 import structlog
 import yaml
 
+from adapters.config import open_live_sources
+from adapters.live import LiveMetrics
 from adapters.replay import ReplayMetrics, as_rate
+from adapters.sourceconfig import SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.fixtures import Edge, Recording, SignalDef, load, unix
 from opsagent.incident import alert_services
 from opsagent.models import Alert
 from opsagent.pipeline import replay_sources
+from opsagent.settings import Settings
 from opsagent.stats import Sample, combine
 from opsagent.tools import Sources
 
@@ -51,6 +57,8 @@ class Plan:
     topology: list[Edge] = field(default_factory=list)
     recording: Recording | None = None
     series: SeriesReader | None = None
+    #: releases what the sources hold (live clients); called once the job has used them
+    close: Callable[[], Awaitable[None]] | None = None
 
 
 class SourceProvider(Protocol):
@@ -82,6 +90,70 @@ class ReplaySeries:
         members = [as_rate(m, spec.type) if spec.type is not None and m.type is None else s for m, _, s in matched]
         lo, hi = unix(start), unix(end)
         return [(t, v) for t, v in combine(members, spec.agg) if lo <= t <= hi]
+
+
+class LiveSeries:
+    """Raw series from the live metrics source (a range query), combined like :class:`ReplaySeries`."""
+
+    def __init__(self, metrics: LiveMetrics) -> None:
+        self.metrics = metrics
+
+    async def series(self, *, query: str, spec: SignalDef, start: datetime, end: datetime) -> list[Sample]:
+        found = await self.metrics.reader.series(query=query, start=unix(start), end=unix(end))
+        members = [as_rate(m, spec.type) if spec.type is not None and m.type is None else m.samples for m in found]
+        return combine(members, spec.agg) if members else []
+
+
+class LiveProvider:
+    """The systems the settings' ``sources`` configure, read for every alert. Clients are opened per
+    job (in the worker, on the job's event loop) and closed by the plan's ``close``; credentials
+    are read from the worker's environment, which it inherits from the service."""
+
+    name = "live"
+
+    def __init__(self, sources: SourcesConfig, signals: dict[str, SignalDef] | None = None) -> None:
+        self.sources = sources
+        self.signals = signals or {}
+
+    def plan(self, alert: Alert) -> Plan | None:
+        live = open_live_sources(self.sources, signals=self.signals)
+        metrics = live.sources.metrics
+        return Plan(
+            name="live",
+            alert=alert,
+            sources=live.sources,
+            catalog=live.catalog,
+            series=LiveSeries(metrics) if isinstance(metrics, LiveMetrics) else None,
+            close=live.aclose,
+        )
+
+
+class FirstMatch:
+    """Asks each provider in turn; the first with data for the alert plans it."""
+
+    def __init__(self, providers: Sequence[SourceProvider]) -> None:
+        self.providers = list(providers)
+        self.name = "+".join(p.name for p in self.providers)
+
+    def plan(self, alert: Alert) -> Plan | None:
+        for provider in self.providers:
+            plan = provider.plan(alert)
+            if plan is not None:
+                return plan
+        return None
+
+
+def provider_for(settings: Settings) -> SourceProvider:
+    """Recorded incidents first when ``fixtures_dir`` is set (an alert naming one replays it), then
+    the configured live sources; with neither, investigations say that nothing could be read."""
+    providers: list[SourceProvider] = []
+    if settings.fixtures_dir is not None:
+        providers.append(FixtureProvider(settings.fixtures_dir))
+    if not settings.sources.empty():
+        providers.append(LiveProvider(settings.sources, settings.signals))
+    if not providers:
+        return NoSources()
+    return providers[0] if len(providers) == 1 else FirstMatch(providers)
 
 
 @dataclass(frozen=True)

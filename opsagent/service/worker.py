@@ -219,19 +219,23 @@ async def _investigate(
             incident_id=job.incident_id,
         )
         return report, []
-    report = await investigate(
-        plan.alert,
-        sources=plan.sources,
-        catalog=plan.catalog,
-        reasoner=reasoner,
-        strategy_name=config.strategy,
-        budget=config.budget,
-        topology=plan.topology,
-        lessons=lessons,
-        lessons_top_k=config.lessons_top_k,
-        lessons_cap=config.lessons_cap,
-        incident_id=job.incident_id,
-        recording=plan.recording,
-        now=datetime.now(UTC),
-    )
-    return report, await collect(report, plan)
+    try:
+        report = await investigate(
+            plan.alert,
+            sources=plan.sources,
+            catalog=plan.catalog,
+            reasoner=reasoner,
+            strategy_name=config.strategy,
+            budget=config.budget,
+            topology=plan.topology,
+            lessons=lessons,
+            lessons_top_k=config.lessons_top_k,
+            lessons_cap=config.lessons_cap,
+            incident_id=job.incident_id,
+            recording=plan.recording,
+            now=datetime.now(UTC),
+        )
+        return report, await collect(report, plan)
+    finally:
+        if plan.close is not None:  # the live clients the plan opened for this job
+            await plan.close()
