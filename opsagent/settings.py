@@ -109,6 +109,14 @@ class Settings(BaseSettings):
     webhook_username: str | None = Field(default=None, description="basic-auth user Alertmanager sends")
     webhook_password: SecretStr | None = Field(default=None, description="basic-auth password (env only)")
     allow_unauthenticated: bool = Field(default=False, description="serve the webhook without credentials (tests)")
+    read_token: SecretStr | None = Field(
+        default=None, description="bearer token for the incidents API, report pages and /metrics (env only)"
+    )
+    read_username: str | None = Field(default=None, description="basic-auth user for people reading reports")
+    read_password: SecretStr | None = Field(default=None, description="basic-auth password for readers (env only)")
+    public_reads: bool = Field(
+        default=False, description="serve incidents, pages and /metrics without credentials (behind an auth proxy)"
+    )
     notify_url: SecretStr | None = Field(
         default=None, description="Slack-compatible webhook for investigation summaries (env only: it holds a token)"
     )

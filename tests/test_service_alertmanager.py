@@ -17,7 +17,7 @@ import httpx
 from opsagent.service.app import create_app
 from opsagent.store import Store
 from tests.alertmanager import Alertmanager, requires_alertmanager
-from tests.service_support import TOKEN, serving, settings, wait_for
+from tests.service_support import AUTH, TOKEN, serving, settings, wait_for
 
 
 def alert(pod: str, *, ends: datetime | None = None) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def alert(pod: str, *, ends: datetime | None = None) -> dict[str, Any]:
 def test_alertmanager_notifications_are_investigated_once_and_resolved(tmp_path: Path) -> None:
     config = settings(tmp_path)
     app = create_app(config, runner="process", poll_s=0.2)
-    with serving(app) as base, httpx.Client(base_url=base, timeout=10) as api:
+    with serving(app) as base, httpx.Client(base_url=base, timeout=10, headers=AUTH) as api:
         hook = f"{base}/webhook/alertmanager"
         with Alertmanager(tmp_path / "am", webhook_url=hook, token=TOKEN) as am:
             am.post_alerts([alert("order-service-7d9f-1")])

@@ -31,7 +31,7 @@ def app(tmp_path: Path) -> FastAPI:
 
 @pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         yield c
 
 
@@ -51,6 +51,7 @@ def finished(client: TestClient, incident_id: str) -> dict[str, Any]:
 
 
 def test_the_webhook_refuses_callers_without_the_token(client: TestClient) -> None:
+    del client.headers["Authorization"]
     body = notification()
     missing = client.post("/webhook/alertmanager", json=body)
     assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
@@ -61,7 +62,38 @@ def test_the_webhook_refuses_callers_without_the_token(client: TestClient) -> No
     assert post(client, body).status_code == 202
     # a refused caller costs no parsing: even garbage is a 401, not a 422
     assert client.post("/webhook/alertmanager", content=b"{not json").status_code == 401
-    assert client.get("/incidents").json()["count"] == 1
+    assert client.get("/incidents", headers=AUTH).json()["count"] == 1
+
+
+def test_reading_incidents_pages_and_metrics_takes_credentials(tmp_path: Path) -> None:
+    reader = {"Authorization": "Basic " + base64.b64encode(b"oncall:let-me-read").decode()}
+    app = create_app(
+        settings(tmp_path, read_username="oncall", read_password="let-me-read", read_token="scraper"), runner="thread"
+    )
+    with TestClient(app) as client:
+        incident_id = post(client, notification()).json()["incident_id"]
+        reads = ["/", "/incidents", f"/incidents/{incident_id}", f"/incidents/{incident_id}.html", "/metrics"]
+        for path in reads:
+            refused = client.get(path)
+            assert refused.status_code == 401, path
+            assert refused.headers["www-authenticate"].startswith('Basic realm="opsagent"')  # a browser asks
+            assert client.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
+            for credentials in (reader, {"Authorization": "Bearer scraper"}, AUTH):  # readers', or the webhook's
+                assert client.get(path, headers=credentials).status_code == 200, (path, credentials)
+        assert client.get("/openapi.json").status_code == 401
+        assert client.get("/healthz").status_code == 200 and client.get("/readyz").status_code == 200
+        # the readers' credentials do not open the webhook
+        assert client.post("/webhook/alertmanager", json=notification(), headers=reader).status_code == 401
+        assert (
+            'opsagent_webhook_rejected_total{reason="unauthorized_read"}' in client.get("/metrics", headers=AUTH).text
+        )
+
+    public = create_app(settings(tmp_path / "public", public_reads=True), runner="thread")
+    with TestClient(public) as client:
+        assert client.get("/incidents").status_code == 200  # an authenticating proxy in front
+        assert client.post("/webhook/alertmanager", json=notification()).status_code == 401
+    with pytest.raises(ConfigError, match="OPSAGENT_READ_PASSWORD"):
+        create_app(settings(tmp_path, read_username="oncall"))
 
 
 def test_basic_auth_compares_user_and_password(tmp_path: Path) -> None:
@@ -115,7 +147,7 @@ def test_secrets_are_read_from_the_environment_only(tmp_path: Path, monkeypatch:
 def test_bodies_over_the_limit_are_refused(tmp_path: Path) -> None:
     app = create_app(settings(tmp_path, max_body_bytes=4096), runner="thread")
     big = notification(alerts=[order_alert(pad="x" * 5000)])
-    with TestClient(app) as client:
+    with TestClient(app, headers=AUTH) as client:
         assert post(client, big).status_code == 413
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams in
@@ -300,7 +332,7 @@ def test_stopping_gives_running_jobs_back_without_counting_an_attempt(app: FastA
     from opsagent.store import Store
 
     database = tmp_path / "data" / "opsagent.db"
-    with TestClient(app) as client:
+    with TestClient(app, headers=AUTH) as client:
         post(client, notification())
 
         def running() -> bool:
@@ -323,7 +355,7 @@ def test_a_finished_investigation_is_sent_to_the_notifier(tmp_path: Path) -> Non
             return True
 
     app = create_app(settings(tmp_path), runner="thread", poll_s=0.2, notifier=Recorder())
-    with TestClient(app) as client:
+    with TestClient(app, headers=AUTH) as client:
         incident_id = post(client, notification()).json()["incident_id"]
         finished(client, incident_id)
         wait_for(lambda: sent, timeout_s=10)

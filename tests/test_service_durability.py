@@ -74,7 +74,7 @@ def test_a_job_killed_mid_investigation_is_finished_after_a_restart(tmp_path: Pa
         wait_for(lambda: ready(base), timeout_s=30)
 
         def finished() -> dict[str, object] | None:
-            body = httpx.get(f"{base}/incidents/{incident_id}", timeout=5).json()
+            body = httpx.get(f"{base}/incidents/{incident_id}", headers=AUTH, timeout=5).json()
             return body if body["incident"]["investigation"] in ("done", "failed") else None
 
         body = wait_for(finished, timeout_s=60)

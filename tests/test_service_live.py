@@ -32,7 +32,7 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _live(tmp_path: Path, url: str) -> TestClient:
     sources = SourcesConfig(prometheus=[PrometheusConfig(name="main", url=url)])
     app = create_app(settings(tmp_path, fixtures_dir=None, sources=sources), runner="thread", poll_s=0.2)
-    return TestClient(app)
+    return TestClient(app, headers=AUTH)
 
 
 def _investigated(client: TestClient) -> dict[str, Any]:

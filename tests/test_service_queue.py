@@ -201,7 +201,7 @@ def test_a_job_whose_worker_keeps_dying_is_failed_after_its_attempts(tmp_path: P
     from tests.service_support import AUTH, DyingProvider, notification, settings, wait_for
 
     app = create_app(settings(tmp_path, job_attempts=2), provider=DyingProvider(), runner="process", poll_s=0.2)
-    with TestClient(app) as client:
+    with TestClient(app, headers=AUTH) as client:
         incident_id = client.post("/webhook/alertmanager", json=notification(), headers=AUTH).json()["incident_id"]
 
         def failed() -> dict[str, object] | None:

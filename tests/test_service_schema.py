@@ -20,7 +20,7 @@ EXAMPLES = 20
 def test_no_request_makes_the_service_fail(tmp_path: Path) -> None:
     app = create_app(service_settings(tmp_path, fixtures_dir=None), runner="thread", poll_s=0.2)
     with serving(app) as base:
-        schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+        schema = schemathesis.openapi.from_url(f"{base}/openapi.json", headers=AUTH)
         operations = [result.ok() for result in schema.get_all_operations()]
         assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
             "POST /webhook/alertmanager",

@@ -92,22 +92,46 @@ class IncidentDetail(BaseModel):
 # ---------------------------------------------------------------- the guard
 
 
-class WebhookGuard:
-    """Checks credentials, then the body's size, before anything reads the body: a caller without
-    the token costs no parsing, and a body over the limit is refused as it streams in."""
+#: Answered to anyone: liveness and readiness probes carry no credentials.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
-    def __init__(self, app: ASGIApp, *, credentials: Credentials, max_body: int, metrics: ServiceMetrics) -> None:
+
+class Guard:
+    """Checks credentials before anything else runs. The webhook takes the webhook's credentials,
+    then its body's size is checked before anything reads it: a caller without the token costs no
+    parsing, and a body over the limit is refused as it streams in. Every other path but the health
+    probes takes the readers' credentials or the webhook's."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        credentials: Credentials,
+        readers: Credentials,
+        max_body: int,
+        metrics: ServiceMetrics,
+    ) -> None:
         self.app = app
         self.credentials = credentials
+        self.readers = readers
         self.max_body = max_body
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(WEBHOOK_PREFIX):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if not self.credentials.allows(headers.get("authorization")):
+        authorization = headers.get("authorization")
+        if not scope["path"].startswith(WEBHOOK_PREFIX):
+            if self.readers.allows(authorization) or self.credentials.allows(authorization):
+                await self.app(scope, receive, send)
+                return
+            self.metrics.rejected.labels(reason="unauthorized_read").inc()
+            challenge = self.readers.challenge if self.readers.configured else self.credentials.challenge
+            await _reply(send, 401, "missing or wrong credentials", {"www-authenticate": challenge})
+            return
+        if not self.credentials.allows(authorization):
             self.metrics.rejected.labels(reason="unauthorized").inc()
             await _reply(send, 401, "missing or wrong credentials", {"www-authenticate": self.credentials.challenge})
             return
@@ -177,6 +201,7 @@ def create_app(
     webhook has no credentials (and is not explicitly open) or the configuration is inconsistent."""
     settings = settings or load_settings()
     credentials = Credentials.from_settings(settings)
+    readers = Credentials.readers_from_settings(settings)
     metrics = metrics or ServiceMetrics()
     if provider is None:
         provider = provider_for(settings)
@@ -224,6 +249,7 @@ def create_app(
             workers=settings.workers,
             provider=provider.name,
             auth=repr(credentials),
+            readers=repr(readers),
             notify=sink is not None,
             database=str(settings.database),
         )
@@ -244,7 +270,9 @@ def create_app(
         version="1",
         lifespan=lifespan,
     )
-    app.add_middleware(WebhookGuard, credentials=credentials, max_body=settings.max_body_bytes, metrics=metrics)
+    app.add_middleware(
+        Guard, credentials=credentials, readers=readers, max_body=settings.max_body_bytes, metrics=metrics
+    )
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -370,12 +398,12 @@ def create_app(
         found = await current().reader.call(lambda store: store.incidents(state=status, service=service, limit=100))
         return HTMLResponse(index_page(found, state=status, service=service))
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], openapi_extra={"security": []})
     async def healthz() -> dict[str, str]:
         """The process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], responses={503: {"model": ProblemResponse}})
+    @app.get("/readyz", tags=["health"], responses={503: {"model": ProblemResponse}}, openapi_extra={"security": []})
     async def readyz() -> JSONResponse:
         """Ready to accept: the store answers and the dispatcher runs."""
         p = parts
@@ -405,6 +433,7 @@ def create_app(
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "basic": {"type": "http", "scheme": "basic"},
             }
+            schema["security"] = [{"bearer": []}, {"basic": []}]  # every read: the readers' or the webhook's
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -1,5 +1,7 @@
-"""Webhook authentication, as Alertmanager's ``http_config`` sends it: a bearer token
-(``authorization: {credentials: …}``) or basic auth (``basic_auth: {username, password}``).
+"""Authentication. The webhook takes what Alertmanager's ``http_config`` sends: a bearer token
+(``authorization: {credentials: …}``) or basic auth (``basic_auth: {username, password}``). The
+read side (incidents, report pages, /metrics) takes its own credentials (a token for scripts and
+Prometheus, basic auth so a browser prompts for it) or the webhook's; health probes take none.
 
 Secrets are compared in constant time: both sides are hashed first, so neither the content nor the
 length of a guess shows in the time a refusal takes.
@@ -52,17 +54,30 @@ class Credentials:
             )
         return creds
 
+    @classmethod
+    def readers_from_settings(cls, settings: Settings) -> Credentials:
+        """Who may read incidents, pages and metrics besides the webhook's caller; ``open`` with
+        ``public_reads`` (an authenticating proxy in front)."""
+        if (settings.read_username is None) != (settings.read_password is None):
+            raise ConfigError("basic auth for readers needs both OPSAGENT_READ_USERNAME and OPSAGENT_READ_PASSWORD")
+        return cls(
+            token=settings.read_token,
+            username=settings.read_username,
+            password=settings.read_password,
+            open=settings.public_reads,
+        )
+
     @property
     def configured(self) -> bool:
         return self.token is not None or self.password is not None
 
     @property
     def challenge(self) -> str:
-        schemes = []
-        if self.token is not None:
-            schemes.append('Bearer realm="opsagent"')
+        schemes = []  # Basic first: a browser prompts for the first scheme it supports
         if self.password is not None:
             schemes.append('Basic realm="opsagent"')
+        if self.token is not None:
+            schemes.append('Bearer realm="opsagent"')
         return ", ".join(schemes) or 'Bearer realm="opsagent"'
 
     def __repr__(self) -> str:
