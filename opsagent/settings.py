@@ -105,6 +105,12 @@ class Settings(BaseSettings):
     job_timeout_s: float = Field(default=300.0, gt=0, description="an investigation still running then has failed")
     job_attempts: int = Field(default=3, ge=1, description="tries of one job before it is marked failed")
     job_lease_s: float = Field(default=30.0, gt=0, description="a running job whose owner stops renewing is retaken")
+    retention_days: float = Field(
+        default=90.0,
+        ge=0,
+        description="incidents untouched this long are deleted with their notifications, job and report "
+        "(0 keeps everything; lessons always stay)",
+    )
     webhook_token: SecretStr | None = Field(default=None, description="bearer token Alertmanager sends (env only)")
     webhook_username: str | None = Field(default=None, description="basic-auth user Alertmanager sends")
     webhook_password: SecretStr | None = Field(default=None, description="basic-auth password (env only)")

@@ -100,6 +100,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX jobs_pending ON jobs (status, id);
     """,
+    # 3: retention. Incidents untouched for a while are pruned with their jobs (service setting).
+    """
+    CREATE INDEX incidents_updated ON incidents (updated_at);
+    CREATE INDEX jobs_incident ON jobs (incident_id);
+    """,
 )
 
 
@@ -613,12 +618,46 @@ class Store:
             (status, error, status, stamp, incident_id),
         )
 
-    def job_counts(self) -> dict[str, int]:
+    def job_counts(self, states: Sequence[str] = ("queued", "running", "done", "failed")) -> dict[str, int]:
+        """Jobs by state. Asked for the pending ones only (the queue's depth), it reads just those
+        entries of the ``(status, id)`` index, however many jobs have finished."""
+        marks = ",".join("?" * len(states))
         with self._guard():
-            rows = self._db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
-        counts = dict.fromkeys(("queued", "running", "done", "failed"), 0)
+            rows = self._db.execute(
+                f"SELECT status, COUNT(*) FROM jobs WHERE status IN ({marks}) GROUP BY status", tuple(states)
+            ).fetchall()
+        counts = dict.fromkeys(states, 0)
         counts.update({status: n for status, n in rows})
         return counts
+
+    def prune(self, *, before: datetime, batch: int = 500) -> int:
+        """Delete up to ``batch`` incidents untouched since ``before`` whose investigation is over,
+        with their notifications, job and report, and the ignored notifications received before
+        it; lessons stay. Returns how many incidents went (call again while it returns ``batch``)."""
+        cutoff = before.astimezone(UTC).isoformat()
+        with self._transaction() as db:
+            ids = [
+                row[0]
+                for row in db.execute(
+                    "SELECT id FROM incidents WHERE updated_at < ? AND investigation IN ('done', 'failed') LIMIT ?",
+                    (cutoff, batch),
+                )
+            ]
+            if ids:
+                marks = ",".join("?" * len(ids))
+                for table, column in (
+                    ("notifications", "incident_id"),
+                    ("jobs", "incident_id"),
+                    ("investigations", "incident_id"),
+                    ("incidents", "id"),
+                ):
+                    db.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
+            db.execute(
+                "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications"
+                " WHERE incident_id IS NULL AND received_at < ? LIMIT ?)",
+                (cutoff, batch),
+            )
+        return len(ids)
 
     def notification_count(self) -> int:
         with self._guard():

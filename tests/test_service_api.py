@@ -6,6 +6,7 @@ import base64
 import json
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,32 @@ def test_the_report_page_shows_cause_charts_ruled_out_lessons_and_cost(client: T
     assert f"/incidents/{incident_id}.html" in index and "order-service" in index
     assert client.get("/incidents/inc-000000000000.html").status_code == 404
     assert client.get("/incidents/inc-000000000000").status_code == 404
+
+
+def test_the_service_prunes_incidents_past_their_retention(tmp_path: Path) -> None:
+    from opsagent.store import JobOutcome, NotificationIn, Store
+
+    long_ago = datetime.now(UTC) - timedelta(days=45)
+    with Store(tmp_path / "data" / "opsagent.db") as store:
+        old = NotificationIn(
+            group_key="old",
+            status="firing",
+            receiver="opsagent",
+            service="order-service",
+            alertname="HighLatency",
+            title="slow",
+            payload="{}",
+            received_at=long_ago,
+        )
+        store.accept([old])
+        job = store.claim_job(owner="h:1:x", now=0.0, lease_s=1e12, max_attempts=3)
+        assert job is not None
+        store.finish_job(job.id, owner="h:1:x", now=long_ago, outcome=JobOutcome(outcome="confirmed"))
+    app = create_app(settings(tmp_path, retention_days=30), runner="thread", poll_s=0.2)
+    with TestClient(app, headers=AUTH) as client:
+        kept = post(client, notification()).json()["incident_id"]
+        wait_for(lambda: client.get("/incidents").json()["count"] == 1 or None)
+        assert [i["id"] for i in client.get("/incidents").json()["incidents"]] == [kept]
 
 
 def test_incidents_filter_by_service(client: TestClient) -> None:

@@ -17,6 +17,7 @@ from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import SlackNotifier
 from opsagent.service.queue import Inbox, Owner, StoreThread
 from opsagent.store import IncidentRecord, JobOutcome, NotificationIn, Store
+from tests.test_lessons import lesson
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -69,6 +70,33 @@ def test_jobs_are_leased_renewed_retaken_and_given_up(tmp_path: Path) -> None:
         failed = store.incident(job.incident_id)
         assert failed is not None and failed.investigation == "failed" and "gave up after 2" in (failed.error or "")
         assert store.job_counts() == {"queued": 0, "running": 0, "done": 1, "failed": 1}
+
+
+def test_pruning_deletes_old_finished_incidents_with_their_trail_and_keeps_the_rest(tmp_path: Path) -> None:
+    old, recent = NOW - timedelta(days=100), NOW - timedelta(days=1)
+    with Store(tmp_path / "db.sqlite") as store:
+        # old and finished; old but still queued; old and running; recent and finished; an old ignored note
+        accepted = store.accept([note("old-done", at=old), note("old-queued", at=old), note("old-running", at=old)])
+        store.accept([note("old-done", at=old), note("never-open", "resolved", at=old), note("recent", at=recent)])
+        kept = store.upsert_lesson(lesson())[0]
+        for owner, group in (("h:1:a", "old-done"), ("h:1:a", "old-running"), ("h:1:a", "recent")):
+            job = store.claim_job(owner=owner, now=1.0, lease_s=1e12, max_attempts=3)
+            assert job is not None
+            if group != "old-running":
+                stamp = old if group == "old-done" else recent
+                store.finish_job(job.id, owner=owner, now=stamp, outcome=JobOutcome(outcome="confirmed"))
+        old_done = accepted[0].incident_id or ""
+        assert store.notification_count() == 6
+
+        assert store.prune(before=NOW - timedelta(days=90), batch=1) == 1  # a batch at a time
+        assert store.prune(before=NOW - timedelta(days=90)) == 0
+        assert store.incident(old_done) is None
+        left = {i.group_key for i in store.incidents(limit=100)}
+        assert left == {"old-queued", "old-running", "recent"}  # unfinished investigations stay, however old
+        assert store.notification_count() == 3  # the old incident's two and the ignored one went
+        assert store.job_counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0}
+        assert store.job_counts(("queued",)) == {"queued": 1}
+        assert [x.id for x in store.lessons()] == [kept.id]  # lessons always stay
 
 
 def test_a_dead_processs_jobs_go_back_to_the_queue_at_start(tmp_path: Path) -> None:

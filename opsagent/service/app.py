@@ -241,6 +241,7 @@ def create_app(
             poll_s=poll_s,
             on_done=notify,
             checkpointer=reader,
+            retention_s=settings.retention_days * 86400 or None,
         )
         await dispatcher.start()
         parts = Parts(settings, metrics, writer, reader, Inbox(writer), dispatcher, sink)
@@ -409,7 +410,7 @@ def create_app(
         p = parts
         if p is None or not p.dispatcher.alive:
             return JSONResponse(ProblemResponse(detail="not ready").model_dump(), status_code=503)
-        counts = await p.reader.call(lambda store: store.job_counts())
+        counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
         return JSONResponse({"status": "ready", "queued": counts["queued"], "running": counts["running"]})
 
     @app.get("/metrics", tags=["health"], response_class=Response)
@@ -417,7 +418,7 @@ def create_app(
         """The service's own metrics, Prometheus text format."""
         p = parts
         if p is not None:
-            counts = await p.reader.call(lambda store: store.job_counts())
+            counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
             for state in ("queued", "running"):
                 metrics.queue_depth.labels(state=state).set(counts[state])
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -36,6 +36,8 @@ T = TypeVar("T")
 
 #: Most notifications written in one transaction.
 MAX_BATCH = 256
+#: Most incidents pruned in one transaction.
+PRUNE_BATCH = 500
 
 
 class StoreThread:
@@ -152,6 +154,8 @@ class Dispatcher:
         on_done: Notify | None = None,
         checkpointer: StoreThread | None = None,
         checkpoint_s: float = 5.0,
+        retention_s: float | None = None,
+        prune_every_s: float = 3600.0,
     ) -> None:
         self.writer = writer
         self.runner = runner
@@ -163,6 +167,8 @@ class Dispatcher:
         self.on_done = on_done
         self.checkpointer = checkpointer
         self.checkpoint_s = checkpoint_s
+        self.retention_s = retention_s
+        self.prune_every_s = prune_every_s
         self.owner = Owner()
         self._wake = asyncio.Event()
         self._running: dict[int, asyncio.Task[None]] = {}
@@ -185,6 +191,8 @@ class Dispatcher:
         self._spawn(self._renew())
         if self.checkpointer is not None:
             self._spawn(self._checkpoint(self.checkpointer))
+        if self.retention_s:
+            self._spawn(self._prune(self.retention_s))
         self.started = True
 
     async def stop(self) -> None:
@@ -254,6 +262,23 @@ class Dispatcher:
                 await on.call(lambda store: store.checkpoint())
             except StoreError as exc:
                 log.warning("store.checkpoint_failed", error=str(exc))
+
+    async def _prune(self, retention_s: float) -> None:
+        """Deletes incidents untouched for ``retention_s`` (with their notifications, job and report)
+        at start and then every ``prune_every_s``, a batch per transaction so accepts interleave."""
+        while True:
+            before = datetime.now(UTC) - timedelta(seconds=retention_s)
+            removed = 0
+            try:
+                while (batch := await self.writer.call(partial(Store.prune, before=before, batch=PRUNE_BATCH))) > 0:
+                    removed += batch
+                    if batch < PRUNE_BATCH:
+                        break
+            except StoreError as exc:
+                log.warning("store.prune_failed", error=str(exc))
+            if removed:
+                log.info("store.pruned", incidents=removed, before=before.isoformat())
+            await asyncio.sleep(self.prune_every_s)
 
     async def _execute(self, job: ClaimedJob) -> None:
         try:
