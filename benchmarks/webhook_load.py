@@ -304,7 +304,7 @@ async def main(args: argparse.Namespace) -> None:
         load(base, token, total=args.warmup, first_group=10**6, **shape)  # warm up, on groups of its own
         result = load(base, token, total=args.notifications, **shape)
         async with httpx.AsyncClient(base_url=base, timeout=5) as probe:
-            server = (await probe.get("/metrics")).text
+            server = (await probe.get("/metrics", headers={"Authorization": f"Bearer {token}"})).text
         with Store(data / "opsagent.db") as store:  # read while the service runs (WAL: readers never wait)
             jobs = store.job_counts()
     finally:

@@ -182,7 +182,8 @@ class Runner:
         """A fresh pool, after a worker died or hung; jobs still running in the old one are lost
         to it (their callers see an error and give the job back to the queue)."""
         old, self._executor = self._executor, self._make()
-        self._stop(old)
+        # stopped off the caller's thread (the event loop): waiting for the old workers to exit is not its job
+        threading.Thread(target=self._stop, args=(old,), name="stop-workers", daemon=True).start()
 
     def close(self, *, busy: bool = True) -> None:
         """Stop the workers: idle ones exit cleanly; busy ones are stopped mid-investigation."""
@@ -198,6 +199,10 @@ class Runner:
         executor.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate()
+        if isinstance(executor, ProcessPoolExecutor):
+            for process in processes:
+                process.join(timeout=5)
+            executor.shutdown(wait=True)  # its queues and their semaphores are released, not leaked
 
 
 async def _investigate(
