@@ -100,10 +100,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX jobs_pending ON jobs (status, id);
     """,
-    # 3: retention. Incidents untouched for a while are pruned with their jobs (service setting).
+    # 3: retention (incidents untouched for a while are pruned with their jobs), and the latest start
+    # of the alerts an incident has seen (a later firing of only newer alerts is a new episode).
     """
     CREATE INDEX incidents_updated ON incidents (updated_at);
     CREATE INDEX jobs_incident ON jobs (incident_id);
+    ALTER TABLE incidents ADD COLUMN alerts_started TEXT;
     """,
 )
 
@@ -141,6 +143,10 @@ class NotificationIn(BaseModel):
     title: str
     payload: str
     received_at: datetime
+    #: when the earliest and the latest of its firing alerts started (None: none fires, or the list
+    #: was truncated); both by the alerting side's clock, compared only with each other
+    first_started: datetime | None = None
+    last_started: datetime | None = None
 
 
 class Accepted(BaseModel):
@@ -222,6 +228,11 @@ _INCIDENT_COLUMNS = (
     "id, group_key, state, investigation, service, alertname, title, receiver, created_at, updated_at,"
     " resolved_at, notifications, outcome, root_component, root_kind, summary, source, wall_ms, error"
 )
+
+
+def _instant(when: datetime | None) -> str | None:
+    """A UTC time as fixed-width text (microseconds always written), so that text order is time order."""
+    return None if when is None else when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
 def _incident(row: Sequence[object]) -> IncidentRecord:
@@ -450,6 +461,12 @@ class Store:
                     "SELECT id FROM incidents WHERE group_key = ? AND resolved_at IS NULL", (n.group_key,)
                 ).fetchone()
                 incident_id: str | None = row[0] if row else None
+                if incident_id is not None and self._new_episode(db, incident_id, n):
+                    db.execute(
+                        "UPDATE incidents SET state = 'resolved', resolved_at = ?, updated_at = ? WHERE id = ?",
+                        (when, when, incident_id),
+                    )
+                    incident_id = None  # its end was never heard: this firing opens an incident of its own
                 action: Literal["opened", "updated", "resolved", "ignored"]
                 if incident_id is None:
                     action = "ignored" if n.status == "resolved" else "opened"
@@ -467,8 +484,19 @@ class Store:
                     incident_id = f"inc-{digest}"
                     db.execute(
                         "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title,"
-                        " receiver, created_at, updated_at) VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?)",
-                        (incident_id, n.group_key, n.service, n.alertname, n.title, n.receiver, when, when),
+                        " receiver, created_at, updated_at, alerts_started)"
+                        " VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            incident_id,
+                            n.group_key,
+                            n.service,
+                            n.alertname,
+                            n.title,
+                            n.receiver,
+                            when,
+                            when,
+                            _instant(n.last_started),
+                        ),
                     )
                     db.execute("UPDATE notifications SET incident_id = ? WHERE id = ?", (incident_id, notification_id))
                     cur = db.execute(
@@ -484,10 +512,26 @@ class Store:
                         " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END WHERE id = ?",
                         (when, action, action, when, incident_id),
                     )
+                    if n.last_started is not None:  # fixed-width UTC stamps: text order is time order
+                        db.execute(
+                            "UPDATE incidents SET alerts_started = ? WHERE id = ?"
+                            " AND (alerts_started IS NULL OR alerts_started < ?)",
+                            (_instant(n.last_started), incident_id, _instant(n.last_started)),
+                        )
                 out.append(
                     Accepted(notification_id=notification_id, incident_id=incident_id, action=action, job_id=job_id)
                 )
         return out
+
+    @staticmethod
+    def _new_episode(db: sqlite3.Connection, incident_id: str, n: NotificationIn) -> bool:
+        """Whether a firing notification for a group with an open incident is a new episode of it:
+        every alert in it started after every alert the incident has seen (the same clock on both
+        sides), so the episode the incident is about ended without its ``resolved`` reaching us."""
+        if n.status != "firing" or n.first_started is None:
+            return False
+        row = db.execute("SELECT alerts_started FROM incidents WHERE id = ?", (incident_id,)).fetchone()
+        return row is not None and row[0] is not None and _instant(n.first_started) > row[0]
 
     def claim_job(self, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
         """The oldest queued job (or one whose lease ran out), leased to ``owner``. A job tried

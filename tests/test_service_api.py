@@ -229,6 +229,21 @@ def test_a_group_is_investigated_once_then_resolved(client: TestClient) -> None:
     assert 'opsagent_alerts_received_total{status="resolved"} 2.0' in metrics
 
 
+def test_a_group_that_fires_again_after_a_lost_resolution_is_investigated_again(client: TestClient) -> None:
+    alert = order_alert()
+    first = post(client, notification([alert])).json()
+    again = {**alert, "startsAt": (datetime.fromisoformat(alert["startsAt"]) + timedelta(days=1)).isoformat()}
+    assert post(client, notification([alert, again])).json()["action"] == "updated"  # one alert still fires
+    fresh = post(client, notification([again, {**again, "labels": {**again["labels"], "pod": "b"}}])).json()
+    assert fresh["action"] == "updated"  # none started after the latest alert the incident has seen
+    later = {**alert, "startsAt": (datetime.fromisoformat(alert["startsAt"]) + timedelta(days=2)).isoformat()}
+    reopened = post(client, notification([later])).json()
+    assert reopened["action"] == "opened" and reopened["incident_id"] != first["incident_id"]
+    assert client.get(f"/incidents/{first['incident_id']}").json()["incident"]["state"] == "resolved"
+    truncated = notification([{**later, "startsAt": "2031-01-01T00:00:00Z"}], truncatedAlerts=3)
+    assert post(client, truncated).json()["action"] == "updated"  # a truncated list proves nothing
+
+
 def test_the_report_page_shows_cause_charts_ruled_out_lessons_and_cost(client: TestClient) -> None:
     incident_id = post(client, notification()).json()["incident_id"]
     waiting = client.get(f"/incidents/{incident_id}.html")

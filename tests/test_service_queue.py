@@ -22,7 +22,9 @@ from tests.test_lessons import lesson
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def note(group: str = "g1", status: str = "firing", at: datetime = NOW) -> NotificationIn:
+def note(
+    group: str = "g1", status: str = "firing", at: datetime = NOW, started: tuple[datetime, ...] = ()
+) -> NotificationIn:
     return NotificationIn(
         group_key=group,
         status=status,  # type: ignore[arg-type]
@@ -32,6 +34,8 @@ def note(group: str = "g1", status: str = "firing", at: datetime = NOW) -> Notif
         title="order-service slow",
         payload='{"version": "4"}',
         received_at=at,
+        first_started=min(started, default=None),
+        last_started=max(started, default=None),
     )
 
 
@@ -46,6 +50,27 @@ def test_accept_dedups_by_group_in_one_transaction(tmp_path: Path) -> None:
         assert store.notification_count() == 6 and store.job_counts()["queued"] == 3
         first = store.incident(results[0].incident_id or "")
         assert first is not None and first.state == "resolved" and first.notifications == 3
+
+
+def test_a_group_firing_again_after_an_unheard_resolution_opens_a_new_incident(tmp_path: Path) -> None:
+    m = timedelta(minutes=1)
+    skew = 30 * m  # the alerting side's clock runs half an hour ahead: only its own times are compared
+    a, b, c = NOW + skew - 2 * m, NOW + skew + 10 * m, NOW + skew + 300 * m
+    with Store(tmp_path / "db.sqlite") as store:
+        first = store.accept([note("g", at=NOW, started=(a,))])[0]
+        # re-notified, then joined by an alert that started since: one episode while any old one fires
+        assert store.accept([note("g", at=NOW + 5 * m, started=(a,))])[0].action == "updated"
+        assert store.accept([note("g", at=NOW + 15 * m, started=(a, b))])[0].action == "updated"
+        assert store.accept([note("g", at=NOW + 20 * m, started=(b,))])[0].action == "updated"  # b was seen
+        # every alert resolved (that notification never came) and the group fired again: all of the
+        # notification's alerts started after every alert the incident has seen
+        again = store.accept([note("g", at=NOW + 301 * m, started=(c,))])[0]
+        assert again.action == "opened" and again.incident_id != first.incident_id and again.job_id is not None
+        old = store.incident(first.incident_id or "")
+        assert old is not None and old.state == "resolved" and old.notifications == 4
+        assert store.accept([note("g", at=NOW + 305 * m, started=(c,))])[0].incident_id == again.incident_id
+        # no start known (the list was truncated, or nothing fires): dedup as before
+        assert store.accept([note("g", at=NOW + 900 * m)])[0].action == "updated"
 
 
 def test_jobs_are_leased_renewed_retaken_and_given_up(tmp_path: Path) -> None:

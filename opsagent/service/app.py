@@ -322,6 +322,8 @@ def create_app(
         except ValidationError as exc:
             raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
         summary = payload.summary()
+        # a truncated list may leave out the alerts that tie this notification to the open episode
+        starts = [] if payload.truncated_alerts else sorted(a.starts_at for a in payload.firing)
         note = NotificationIn(
             group_key=payload.group_key,
             status=payload.status,
@@ -331,6 +333,8 @@ def create_app(
             title=summary.title[:300],
             payload=body.decode("utf-8", errors="replace"),
             received_at=datetime.now(UTC),
+            first_started=starts[0] if starts else None,
+            last_started=starts[-1] if starts else None,
         )
         accepted = await p.inbox.accept(note)
         if accepted.job_id is not None:
