@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -58,7 +58,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def payload(group: int, sequence: int) -> dict[str, Any]:
+def payload(group: int, sequence: int, started: datetime, groups: int) -> dict[str, Any]:
+    """A notification of ``group``, as Alertmanager sends it: every alert of the group that fires,
+    each keeping its start time from one notification to the next. The group's first notification
+    has one pod's alert; later ones add the pods that began firing since (30 s apart)."""
     labels = {
         "alertname": "OrderServiceHighLatency",
         "service": "order-service",
@@ -66,6 +69,7 @@ def payload(group: int, sequence: int) -> dict[str, Any]:
         "cluster": f"c{group}",
         "opsagent_fixture": FIXTURE,
     }
+    pods = 1 + min(sequence // groups, 2)
     return {
         "version": "4",
         "groupKey": f'{{}}:{{alertname="OrderServiceHighLatency", cluster="c{group}"}}',
@@ -79,13 +83,14 @@ def payload(group: int, sequence: int) -> dict[str, Any]:
         "alerts": [
             {
                 "status": "firing",
-                "labels": {**labels, "pod": f"order-service-{sequence % 3}"},
+                "labels": {**labels, "pod": f"order-service-{pod}"},
                 "annotations": {"summary": "order-service p99 latency 2.25s"},
-                "startsAt": datetime.now(UTC).isoformat(),
+                "startsAt": (started + timedelta(seconds=30 * pod)).isoformat(),
                 "endsAt": "0001-01-01T00:00:00Z",
                 "generatorURL": "http://prometheus.example:9090/graph",
-                "fingerprint": f"{group:016x}",
+                "fingerprint": f"{group:013x}{pod:03x}",
             }
+            for pod in range(pods)
         ],
     }
 
@@ -225,7 +230,8 @@ def load(
     Python client cannot keep 50 requests in flight fast enough to measure the server rather than
     itself). Without ``rate`` each sender sends its next as soon as the last is answered (saturation);
     with it, notifications are due at a steady ``rate`` per second."""
-    bodies = [json.dumps(payload(first_group + i % groups, i)).encode() for i in range(total)]
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    bodies = [json.dumps(payload(first_group + i % groups, i, started, groups)).encode() for i in range(total)]
     ctx = get_context("spawn")
     start_at = time.time() + 4.0  # every client process imported, connected and warm by then
     pipes, procs = [], []
