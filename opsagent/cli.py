@@ -34,14 +34,13 @@ from opsagent.lessons import from_feedback, rule_check
 from opsagent.lessons import problems as lesson_problems
 from opsagent.llm.cli import build_reasoner, print_prompts
 from opsagent.llm.cli import register as register_llm
-from opsagent.llm.cli import summary_line as llm_summary_line
 from opsagent.logconfig import configure
 from opsagent.loop import Budget
 from opsagent.models import Alert, Lesson, Report
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner, Reasoner
-from opsagent.report import render, to_json, to_markdown
+from opsagent.report import model_summary, render, to_json, to_markdown
 from opsagent.scoreboard import IncidentScore, Scoreboard, replay
 from opsagent.service.cli import register as register_serve
 from opsagent.settings import Settings, load_settings
@@ -234,8 +233,8 @@ def investigate_cmd(
     _emit(report, as_json, markdown)
     if show_prompts:
         print_prompts(report, err if as_json else console)
-    line = llm_summary_line(report)
-    if line is not None:
+    line = model_summary(report)
+    if line is not None and as_json:  # the terminal report shows it; beside JSON, stderr does
         err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -24,6 +24,26 @@ def _headline(report: Report) -> str:
     return f"{report.status.upper()}: {rc.kind} on {rc.component} (confidence {report.confidence:.2f})"
 
 
+def model_summary(report: Report) -> str | None:
+    """One line on the LLM reasoner's part: model, calls, tokens, cost, what fell back (None for
+    the playbook reasoner)."""
+    rec = report.llm
+    if rec is None:
+        return None
+    u = rec.usage
+    cost = f"${u.cost_usd:.4f}" if u.cost_usd is not None else "no price for this model"
+    estimated = f" ({u.estimated_calls} estimated)" if u.estimated_calls else ""
+    line = (
+        f"model {rec.model} at {rec.base_url} ({rec.mode}): {u.calls} calls, {u.prompt_tokens} prompt + "
+        f"{u.completion_tokens} completion tokens{estimated}, {cost}"
+    )
+    if rec.fallbacks:
+        line += f"; the playbook reasoner stood in {rec.fallbacks} time(s)"
+    if rec.budget_exhausted:
+        line += f"; stopped asking: {rec.budget_exhausted}"
+    return line
+
+
 def to_markdown(report: Report) -> str:
     inc = report.incident
     lines = [
@@ -87,6 +107,11 @@ def to_markdown(report: Report) -> str:
         lines.append("")
     if report.next_steps:
         lines += ["## Next steps", ""] + [f"- {s}" for s in report.next_steps] + [""]
+    model = model_summary(report)
+    if model is not None and report.llm is not None:
+        lines += ["## Model", "", model, ""]
+        lines += [f"- {note}" for note in report.llm.notes]
+        lines += [""] if report.llm.notes else []
     c = report.cost
     lines.append(
         f"_cost: {c.steps} steps, {c.tool_calls} tool calls ({c.cache_hits} cached), "
@@ -139,6 +164,11 @@ def render(report: Report, console: Console) -> None:
                 style="yellow",
             )
         )
+    model = model_summary(report)
+    if model is not None and report.llm is not None:
+        notes = len(report.llm.notes)
+        more = f" ({notes} note(s); opsagent prompts shows them)" if notes else ""
+        body.append(Text(model + more, style="blue"))
     c = report.cost
     body.append(
         Text(

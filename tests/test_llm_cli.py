@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
 from opsagent.errors import ConfigError
 from opsagent.llm import LLMReasoner, ModelConfigError
-from opsagent.llm.cli import build_reasoner, register, summary_line
+from opsagent.llm.cli import build_reasoner, register
 from opsagent.pipeline import investigate_fixture
+from opsagent.report import model_summary as summary_line
+from opsagent.report import render, to_markdown
 from opsagent.settings import load_settings
 from tests.conftest import ORDER_INCIDENT
 from tests.llm_support import PLAYBOOKS
@@ -69,6 +72,12 @@ def test_the_fake_model_for_demos_needs_no_server(monkeypatch: pytest.MonkeyPatc
     assert report.root_cause is not None and report.root_cause.kind == "config_change"
     line = summary_line(report)
     assert line is not None and "model follow-hints" in line and "no price for this model" in line
+    # the model's part is in every form of the report, not only in JSON
+    assert f"## Model\n\n{line}" in to_markdown(report)
+    console = Console(record=True, width=400)
+    render(report, console)
+    assert "model follow-hints" in console.export_text()
+    assert "model follow-hints" not in to_markdown(report.model_copy(update={"llm": None}))
     with pytest.raises(ModelConfigError, match="no fake model"):
         build_reasoner(load_settings(), PLAYBOOKS, base_url="fake://oracle")
 

@@ -29,6 +29,7 @@ from opsagent.llm.fake import FunctionModel, follow_hints
 from opsagent.llm.reasoner import LLMReasoner
 from opsagent.models import ModelExchange, PromptMessage, Report
 from opsagent.playbooks import Playbook
+from opsagent.report import model_summary
 from opsagent.settings import Settings
 
 FAKE_SCHEME = "fake://"
@@ -64,23 +65,6 @@ def build_reasoner(
         llm = llm.model_copy(update={"model": llm.model or name, "base_url": "http://fake.invalid/v1"})
     client = ChatClient.from_settings(llm, api_key=settings.llm_api_key, transport=transport)
     return LLMReasoner(client=client, playbooks=playbooks, settings=llm)
-
-
-def summary_line(report: Report) -> str | None:
-    """One line on the model's part: model, calls, tokens, cost, what fell back."""
-    rec = report.llm
-    if rec is None:
-        return None
-    u = rec.usage
-    cost = f"${u.cost_usd:.4f}" if u.cost_usd is not None else "no price for this model"
-    estimated = f" ({u.estimated_calls} estimated)" if u.estimated_calls else ""
-    line = (
-        f"model {rec.model} at {rec.base_url} ({rec.mode}): {u.calls} calls, {u.prompt_tokens} prompt + "
-        f"{u.completion_tokens} completion tokens{estimated}, {cost}"
-    )
-    if rec.fallbacks:
-        line += f"; the playbook reasoner stood in {rec.fallbacks} time(s)"
-    return line
 
 
 def _message(m: PromptMessage) -> Text:
@@ -137,7 +121,7 @@ def print_prompts(
         console.print(_exchange(x, new_only=not full))
     for note in rec.notes:
         console.print(f"note: {note}", style="yellow", markup=False)
-    line = summary_line(report)
+    line = model_summary(report)
     if line:
         console.print(line, style="dim", markup=False)
 

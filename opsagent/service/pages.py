@@ -9,6 +9,7 @@ from html import escape
 from urllib.parse import urlencode
 
 from opsagent.models import Evidence, Report
+from opsagent.report import model_summary
 from opsagent.service.charts import Chart, svg
 from opsagent.store import IncidentRecord
 
@@ -238,6 +239,11 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         + (f" · stopped early: {e(report.budget_exhausted)}" if report.budget_exhausted else "")
         + "</p>"
     )
+    model = model_summary(report)
+    if model is not None and report.llm is not None:
+        parts.append(f"<p>{e(model)}</p>")
+        if report.llm.notes:
+            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in report.llm.notes) + "</ul>")
     return _page(incident.title, "".join(parts))
 
 
