@@ -30,7 +30,7 @@ from adapters.config import sources_from_settings
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
 from opsagent.fixtures import validate, write_json_schemas
 from opsagent.lessons import finalised as lesson_finalised
-from opsagent.lessons import from_feedback, rule_check
+from opsagent.lessons import from_feedback, misled_by, rule_check
 from opsagent.lessons import problems as lesson_problems
 from opsagent.llm.cli import build_reasoner, print_prompts
 from opsagent.llm.cli import register as register_llm
@@ -450,7 +450,7 @@ def lessons_list() -> None:
     with _store() as store:
         lessons = store.lessons()
     table = Table(title=f"{len(lessons)} lesson(s)")
-    for col in ("id", "refuted kind", "trigger", "next action", "seen", "retrieved", "helped"):
+    for col in ("id", "refuted kind", "trigger", "next action", "seen", "retrieved", "helped", "misled"):
         table.add_column(col, overflow="fold")
     for le in lessons:
         table.add_row(
@@ -461,6 +461,7 @@ def lessons_list() -> None:
             str(le.count),
             str(le.times_retrieved),
             str(le.times_helped),
+            str(le.times_misled),
         )
     _wide().print(table)
 
@@ -600,13 +601,24 @@ def feedback_cmd(
         except StoreError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
-        if correct:
-            store.count_use(record.lessons_used, helped=True)
+        if correct:  # a lesson that lowered the conclusion the engineer confirms misled, however it ended
+            report = store.report(incident_id)
+            rc = report.root_cause
+            misled = misled_by(report.lessons_used, rc.component, rc.kind) if rc is not None else []
+            store.count_use([i for i in record.lessons_used if i not in misled], counter="helped")
+            store.count_use(misled, counter="misled")
             console.print(f"recorded: {incident_id} was right")
             return
         console.print(f"recorded: {incident_id} was wrong")
         if root_cause is None:
             return
+        service, _, kind = root_cause.partition("/")
+        misled = misled_by(store.report(incident_id).lessons_used, service, kind)
+        if misled:
+            store.count_use(misled, counter="misled")
+            console.print(
+                f"lessons that lowered {root_cause}, counted as misleading: {', '.join(misled)}", soft_wrap=True
+            )
         first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
         try:
             lesson = from_feedback(store.report(incident_id), root_cause, datetime.now(UTC), first_checks=first_checks)

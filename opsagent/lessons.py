@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from opsagent.models import (
     Incident,
     Lesson,
     LessonTrigger,
+    LessonUse,
     MetricsData,
     Observation,
     Report,
@@ -218,6 +219,16 @@ def from_feedback(
 # ---------------------------------------------------------------- memory
 
 
+#: What a lesson's use is counted as: retrieved by an investigation; in one whose conclusion was right
+#: (it helped); in one where a kind it lowered turned out to be the cause (it misled).
+LessonCounter = Literal["retrieved", "helped", "misled"]
+
+
+def misled_by(uses: Sequence[LessonUse], service: str, kind: str) -> list[str]:
+    """The lessons that lowered the hypothesis that was the cause (``service``/``kind``)."""
+    return [u.lesson_id for u in uses if f"{service}/{kind}" in u.lowered]
+
+
 class LessonMemory(Protocol):
     """Where lessons live: the SQLite :class:`~opsagent.store.Store`, or memory for experiments."""
 
@@ -225,7 +236,7 @@ class LessonMemory(Protocol):
 
     def upsert_lesson(self, lesson: Lesson) -> tuple[Lesson, bool]: ...
 
-    def count_use(self, lesson_ids: list[str], *, helped: bool = False) -> None: ...
+    def count_use(self, lesson_ids: list[str], *, counter: LessonCounter = "retrieved") -> None: ...
 
 
 class InMemoryLessons:
@@ -243,8 +254,8 @@ class InMemoryLessons:
         self._by_id[lesson.id] = merged
         return merged, stored is not None
 
-    def count_use(self, lesson_ids: list[str], *, helped: bool = False) -> None:
-        field = "times_helped" if helped else "times_retrieved"
+    def count_use(self, lesson_ids: list[str], *, counter: LessonCounter = "retrieved") -> None:
+        field = f"times_{counter}"
         for lid in lesson_ids:
             if lid in self._by_id:
                 le = self._by_id[lid]

@@ -401,6 +401,9 @@ class Lesson(Frozen):
     count: int = Field(default=1, description="near-duplicates merged into this lesson")
     times_retrieved: int = 0
     times_helped: int = 0
+    times_misled: int = Field(
+        default=0, description="investigations where the kind it lowered turned out to be the cause (truth, feedback)"
+    )
 
 
 class LessonUse(Frozen):
@@ -410,6 +413,7 @@ class LessonUse(Frozen):
     relevance: float
     acted: bool = Field(default=False, description="its trigger showed and it changed the investigation")
     effects: list[str] = Field(default_factory=list)
+    lowered: list[str] = Field(default_factory=list, description="the hypotheses it lowered, as component/kind")
 
 
 # ---------------------------------------------------------------- the answer

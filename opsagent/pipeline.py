@@ -326,17 +326,25 @@ def lesson_uses(outcome: Outcome) -> list[LessonUse]:
     verified = {r.hypothesis.id for r in outcome.results}
     uses = []
     for r in outcome.retrieved:
-        effects = []
+        effects, lowered = [], []
         for h in outcome.proposed:
             notes = [n.split(": ", 1)[1] for n in h.lesson_notes if n.startswith(r.lesson.id + ":")]
             effects.extend(notes)
-            if notes and any(n.startswith("lowered") for n in notes) and h.id not in verified:
-                effects.append(f"{h.kind} on {h.component} was not verified")
+            if any(n.startswith("lowered") for n in notes):
+                lowered.append(f"{h.component}/{h.kind}")
+                if h.id not in verified:
+                    effects.append(f"{h.kind} on {h.component} was not verified")
         acted = bool(effects)
         if r.component is None:
             effects.append("retrieved for review; its trigger does not show here")
         uses.append(
-            LessonUse(lesson_id=r.lesson.id, relevance=r.relevance, acted=acted, effects=list(dict.fromkeys(effects)))
+            LessonUse(
+                lesson_id=r.lesson.id,
+                relevance=r.relevance,
+                acted=acted,
+                effects=list(dict.fromkeys(effects)),
+                lowered=list(dict.fromkeys(lowered)),
+            )
         )
     return uses
 

@@ -158,11 +158,18 @@ class PlaybookReasoner:
             if r.component != h.component:
                 continue
             if r.lesson.refuted_kind == h.kind and score == h.score:  # one lowering, however many agree
-                score *= LESSON_PENALTY
-                notes.append(
-                    f"{r.lesson.id}: lowered {h.kind} on {h.component} x{LESSON_PENALTY:g} (refuted before under "
-                    f"{', '.join(r.lesson.trigger.signals)})"
-                )
+                misled, helped = r.lesson.times_misled, r.lesson.times_helped
+                if misled > helped:  # it was wrong more often than right: it no longer ranks, only suggests
+                    notes.append(
+                        f"{r.lesson.id}: did not lower {h.kind} on {h.component}: the kind it lowered was the cause "
+                        f"{misled} time(s), it helped {helped}"
+                    )
+                else:
+                    score *= LESSON_PENALTY
+                    notes.append(
+                        f"{r.lesson.id}: lowered {h.kind} on {h.component} x{LESSON_PENALTY:g} (refuted before under "
+                        f"{', '.join(r.lesson.trigger.signals)})"
+                    )
             action = concrete(r.lesson.next_action, h.component)
             if action.key() in planned and all(a.key() != action.key() for a in first):
                 first.append(action)

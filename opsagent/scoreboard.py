@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from opsagent.errors import FixtureError, Problem
 from opsagent.fixtures import Truth
-from opsagent.lessons import LessonMemory, from_truth
+from opsagent.lessons import LessonMemory, from_truth, misled_by
 from opsagent.loop import Budget
 from opsagent.models import Report
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
@@ -143,10 +143,12 @@ async def replay(
         result = score(directory.name, report, truth)
         scores.append(result)
         if memory is not None:
-            acted = [u.lesson_id for u in report.lessons_used if u.acted]
+            misled = misled_by(report.lessons_used, truth.service, truth.kind)
+            acted = [u.lesson_id for u in report.lessons_used if u.acted and u.lesson_id not in misled]
             memory.count_use([u.lesson_id for u in report.lessons_used])
+            memory.count_use(misled, counter="misled")
             if result.verdict_ok and acted:
-                memory.count_use(acted, helped=True)
+                memory.count_use(acted, counter="helped")
             if learn:
                 stamp = report.incident.window.end
                 for lesson in from_truth(report, truth, stamp, first_checks=first_checks):

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from opsagent.errors import UserError
-from opsagent.lessons import merge
+from opsagent.lessons import LessonCounter, merge
 from opsagent.models import Lesson, Report
 
 MIGRATIONS: tuple[str, ...] = (
@@ -100,12 +100,14 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX jobs_pending ON jobs (status, id);
     """,
-    # 3: retention (incidents untouched for a while are pruned with their jobs), and the latest start
-    # of the alerts an incident has seen (a later firing of only newer alerts is a new episode).
+    # 3: retention (incidents untouched for a while are pruned with their jobs); the latest start of
+    # the alerts an incident has seen (a later firing of only newer alerts is a new episode); how often
+    # a lesson lowered what turned out to be the cause.
     """
     CREATE INDEX incidents_updated ON incidents (updated_at);
     CREATE INDEX jobs_incident ON jobs (incident_id);
     ALTER TABLE incidents ADD COLUMN alerts_started TEXT;
+    ALTER TABLE lessons ADD COLUMN times_misled INTEGER NOT NULL DEFAULT 0;
     """,
 )
 
@@ -224,6 +226,8 @@ class JobOutcome(BaseModel):
     charts: str = "[]"
 
 
+_LESSON_COLUMNS = "body, count, times_retrieved, times_helped, times_misled"
+
 _INCIDENT_COLUMNS = (
     "id, group_key, state, investigation, service, alertname, title, receiver, created_at, updated_at,"
     " resolved_at, notifications, outcome, root_component, root_kind, summary, source, wall_ms, error"
@@ -315,8 +319,8 @@ class Store:
         row = db.execute("SELECT body, count FROM lessons WHERE id = ?", (lesson.id,)).fetchone()
         if row is None:
             db.execute(
-                "INSERT INTO lessons (id, refuted_kind, body, count, times_retrieved, times_helped, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO lessons (id, refuted_kind, body, count, times_retrieved, times_helped, times_misled,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     lesson.id,
                     lesson.refuted_kind,
@@ -324,6 +328,7 @@ class Store:
                     lesson.count,
                     lesson.times_retrieved,
                     lesson.times_helped,
+                    lesson.times_misled,
                     lesson.created_at.isoformat(),
                     now,
                 ),
@@ -348,36 +353,33 @@ class Store:
 
     def lessons(self) -> list[Lesson]:
         with self._guard():
-            rows = self._db.execute(
-                "SELECT body, count, times_retrieved, times_helped FROM lessons ORDER BY created_at DESC, id"
-            ).fetchall()
-        return [self._lesson(b, count=c, retrieved=r, helped=h) for b, c, r, h in rows]
+            rows = self._db.execute(f"SELECT {_LESSON_COLUMNS} FROM lessons ORDER BY created_at DESC, id").fetchall()
+        return [self._lesson(b, count=c, retrieved=r, helped=h, misled=m) for b, c, r, h, m in rows]
 
     def lesson(self, lesson_id: str) -> Lesson:
         with self._guard():
-            row = self._db.execute(
-                "SELECT body, count, times_retrieved, times_helped FROM lessons WHERE id = ?", (lesson_id,)
-            ).fetchone()
+            row = self._db.execute(f"SELECT {_LESSON_COLUMNS} FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
         if row is None:
             raise StoreError(f"no lesson {lesson_id}", path=self.path)
-        return self._lesson(row[0], count=row[1], retrieved=row[2], helped=row[3])
+        return self._lesson(row[0], count=row[1], retrieved=row[2], helped=row[3], misled=row[4])
 
     def delete_lesson(self, lesson_id: str) -> None:
         with self._transaction() as db:
             if not db.execute("DELETE FROM lessons WHERE id = ?", (lesson_id,)).rowcount:
                 raise StoreError(f"no lesson {lesson_id}", path=self.path)
 
-    def count_use(self, lesson_ids: list[str], *, helped: bool = False) -> None:
-        column = "times_helped" if helped else "times_retrieved"
+    def count_use(self, lesson_ids: list[str], *, counter: LessonCounter = "retrieved") -> None:
+        column = f"times_{counter}"
         with self._transaction() as db:
             db.executemany(f"UPDATE lessons SET {column} = {column} + 1 WHERE id = ?", [(i,) for i in lesson_ids])
 
-    def _lesson(self, body: str, *, count: int, retrieved: int = 0, helped: int = 0) -> Lesson:
+    def _lesson(self, body: str, *, count: int, retrieved: int = 0, helped: int = 0, misled: int = 0) -> Lesson:
         try:
             lesson = Lesson.model_validate_json(body)
         except ValidationError as exc:
             raise StoreError(f"a stored lesson does not validate: {exc}", path=self.path) from exc
-        return lesson.model_copy(update={"count": count, "times_retrieved": retrieved, "times_helped": helped})
+        counts = {"count": count, "times_retrieved": retrieved, "times_helped": helped, "times_misled": misled}
+        return lesson.model_copy(update=counts)
 
     # ------------------------------------------------------------ investigations
 

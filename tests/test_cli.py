@@ -160,6 +160,30 @@ def test_feedback_wrong_with_a_root_cause_writes_a_lesson() -> None:
     assert unknown.exit_code == 2 and "no investigation inc-nope" in unknown.output
 
 
+def test_a_lesson_that_lowered_the_real_cause_is_counted_and_stops_lowering_it() -> None:
+    _learn()  # from the recorded truth: the DB pool was ruled out under these timeouts
+    first = json.loads(runner.invoke(app, ["investigate", str(ORDER_INCIDENT), "--json"]).stdout)
+    use = next(u for u in first["lessons_used"] if "order-service/db_pool_exhaustion" in u["lowered"])
+    # the engineer says it was the pool after all: the lesson misled this investigation
+    said = runner.invoke(
+        app, ["feedback", first["incident"]["id"], "--wrong", "--root-cause", "order-service/db_pool_exhaustion"]
+    )
+    assert said.exit_code == 0 and f"counted as misleading: {use['lesson_id']}" in said.output
+    exported = yaml.safe_load(runner.invoke(app, ["lessons", "export"]).stdout)
+    assert {le["id"]: le["times_misled"] for le in exported}[use["lesson_id"]] == 1
+    again = json.loads(runner.invoke(app, ["investigate", str(ORDER_INCIDENT), "--json"]).stdout)
+    reuse = next(u for u in again["lessons_used"] if u["lesson_id"] == use["lesson_id"])
+    assert reuse["lowered"] == []  # misled once, helped never: it no longer ranks, its next action still runs
+    assert any("did not lower db_pool_exhaustion on order-service" in e for e in reuse["effects"])
+    # the feedback taught a lesson against config_change; replayed against the truth (it was the
+    # config), that lesson lowered the cause: counted as misleading, not as helping, though the
+    # investigation still concluded right
+    against_config = next(le["id"] for le in exported if le["refuted_kind"] == "config_change")
+    assert runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--lessons", "on"]).exit_code == 0
+    counts = {le["id"]: le for le in yaml.safe_load(runner.invoke(app, ["lessons", "export"]).stdout)}
+    assert (counts[against_config]["times_misled"], counts[against_config]["times_helped"]) == (1, 0)
+
+
 def test_a_corrupt_store_does_not_stop_an_investigation(private_data_dir: Path) -> None:
     private_data_dir.mkdir(parents=True)
     (private_data_dir / "opsagent.db").write_bytes(b"garbage" * 500)

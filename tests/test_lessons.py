@@ -58,7 +58,7 @@ def test_store_migrates_merges_near_duplicates_and_counts_use(tmp_path: Path) ->
         first, merged = store.upsert_lesson(lesson(source_incident="inc-1"))
         again, merged_again = store.upsert_lesson(lesson(source_incident="inc-2", services=["payment-service"]))
         other, _ = store.upsert_lesson(lesson(kind="slow_query"))
-        store.count_use([first.id], helped=True)
+        store.count_use([first.id], counter="helped")
         stored = store.lesson(first.id)
     assert not merged and merged_again and first.id == again.id != other.id
     assert stored.count == 2 and stored.seen_in == ["inc-1", "inc-2"] and stored.times_helped == 1
