@@ -155,6 +155,12 @@ def lessons_text(lessons: Sequence[Retrieved]) -> str:
         f"{'; '.join(c.value for c in r.lesson.refuting_evidence[:2])}; "
         f"first call next time: {r.lesson.next_action.key()}"
         + (f" (its trigger shows on {r.component})" if r.component else "")
+        + (
+            f" [unreliable: the kind it refuted was the cause {r.lesson.times_misled} time(s), "
+            f"it helped {r.lesson.times_helped}]"
+            if r.lesson.times_misled > r.lesson.times_helped
+            else ""
+        )
         for r in lessons
     ]
     return fence("lessons", "\n".join(lines), source="lesson-store")
