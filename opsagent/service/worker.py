@@ -210,20 +210,8 @@ async def _investigate(
 ) -> tuple[Report, list[Chart]]:
     config = worker.config
     reasoner = PlaybookReasoner(worker.playbooks)
-    if plan is None:
-        report = await investigate(
-            payload.summary().lead.as_alert(),
-            sources=Sources(),
-            catalog=default_catalog(),
-            reasoner=reasoner,
-            strategy_name=config.strategy,
-            budget=config.budget,
-            lessons=lessons,
-            lessons_top_k=config.lessons_top_k,
-            lessons_cap=config.lessons_cap,
-            incident_id=job.incident_id,
-        )
-        return report, []
+    if plan is None:  # nothing to read: investigated anyway, the report names every source it could not read
+        plan = Plan(name="none", alert=payload.summary().lead.as_alert(), sources=Sources(), catalog=default_catalog())
     try:
         report = await investigate(
             plan.alert,
