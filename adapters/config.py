@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
+import structlog
 import yaml
 from pydantic import ValidationError
 
@@ -34,6 +35,7 @@ from adapters.live import (
 )
 from adapters.prometheus import PrometheusReader, prometheus_client
 from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
+from adapters.readers import LogBatch
 from adapters.sourceconfig import (
     AnySourceConfig,
     ChangeFeedConfig,
@@ -47,13 +49,15 @@ from adapters.sourceconfig import (
 from adapters.tempo import TempoReader
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
 from opsagent.catalog import SignalCatalog, default_catalog
-from opsagent.errors import ConfigError
-from opsagent.fixtures import SignalDef
+from opsagent.errors import ConfigError, SourceUnavailable
+from opsagent.fixtures import Change, Edge, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
 from opsagent.tools import Sources
 
 if TYPE_CHECKING:
     from opsagent.settings import Settings
+
+log = structlog.get_logger("opsagent.adapters")
 
 # ---------------------------------------------------------------- the live catalog
 
@@ -185,6 +189,48 @@ class LiveSources:
         await self.aclose()
 
 
+#: The telemetry each configured kind of source reads: names sources in reports (``metrics:main``).
+READS = {
+    "prometheus": "metrics",
+    "elasticsearch": "logs",
+    "git": "changes",
+    "change_feed": "changes",
+    "jaeger": "traces",
+    "tempo": "traces",
+}
+
+
+class Unopened:
+    """A configured source whose client could not be built (a CA bundle that is not there, a
+    setting the client refuses): every read fails with the reason, so an investigation names the
+    source among those it could not read and goes on with the others."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+
+    def _refuse(self) -> NoReturn:
+        raise SourceUnavailable(f"could not be opened: {self.reason}", source=self.name)
+
+    async def series(self, **_: object) -> list[MetricSeries]:
+        self._refuse()
+
+    async def everything(self, **_: object) -> list[MetricSeries]:
+        self._refuse()
+
+    async def records(self, **_: object) -> LogBatch:
+        self._refuse()
+
+    async def changes(self, **_: object) -> list[Change]:
+        self._refuse()
+
+    async def spans(self, **_: object) -> list[Span]:
+        self._refuse()
+
+    async def edges(self, **_: object) -> list[Edge]:
+        self._refuse()
+
+
 def open_live_sources(
     config: SourcesConfig,
     *,
@@ -199,7 +245,12 @@ def open_live_sources(
     raw: list[Any] = []
     by_kind: dict[str, list[Any]] = {"metrics": [], "logs": [], "changes": [], "traces": []}
     for cfg in config.all():
-        reader = reader_for(cfg, env)
+        try:
+            reader = reader_for(cfg, env)
+        except Exception as exc:  # a third-party client refusing its settings: that source only is lost
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("source.unopened", source=f"{cfg.kind}:{cfg.name}", error=reason)
+            reader = Unopened(f"{READS[cfg.kind]}:{cfg.name}", reason)
         raw.append(reader)
         wrapped: Any = reader
         if cfg.rate_limit_per_s:

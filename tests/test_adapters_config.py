@@ -16,13 +16,24 @@ from typer.testing import CliRunner
 
 from adapters.config import open_live_sources, sources_from_settings
 from adapters.live import LiveMetrics, MetricsFanOut
-from adapters.sourceconfig import GitConfig, JaegerConfig, PathRule, PrometheusConfig, SourcesConfig
+from adapters.sourceconfig import (
+    ElasticsearchConfig,
+    GitConfig,
+    JaegerConfig,
+    PathRule,
+    PrometheusConfig,
+    SourcesConfig,
+)
 from adapters.wrappers import WrappedReader
 from opsagent.doctor import check, diagnose
 from opsagent.errors import ConfigError
+from opsagent.models import Alert
+from opsagent.pipeline import investigate, load_default_playbooks
+from opsagent.reasoner import PlaybookReasoner
 from opsagent.settings import load_settings
 from opsagent.sources_cli import register
 from tests.prometheus_server import free_port
+from tests.service_support import order_alert
 
 CONFIG = """
 sources:
@@ -156,3 +167,27 @@ def test_doctor_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 def test_no_sources_configured_gives_no_sources() -> None:
     live = open_live_sources(SourcesConfig())
     assert live.sources.kinds() == set()
+
+
+def test_a_source_whose_client_cannot_be_built_is_named_and_the_others_are_read(tmp_path: Path) -> None:
+    # the client refuses a CA bundle that is not there; Prometheus is merely down
+    config = SourcesConfig(
+        elasticsearch=[ElasticsearchConfig(name="es", url="https://es.test:9200", verify=str(tmp_path / "ca.pem"))],
+        prometheus=[PrometheusConfig(name="main", url=f"http://127.0.0.1:{free_port()}")],
+    )
+    alert = order_alert()
+
+    async def run() -> dict[str, str]:
+        async with open_live_sources(config) as live:
+            report = await investigate(
+                Alert.model_validate(alert),
+                sources=live.sources,
+                catalog=live.catalog,
+                reasoner=PlaybookReasoner(load_default_playbooks()),
+            )
+        assert report.status == "inconclusive"
+        return report.unreadable_sources
+
+    unreadable = asyncio.run(run())
+    assert unreadable["logs:es"].startswith("could not be opened: ValueError")
+    assert "Connection refused" in unreadable["metrics:main"]
