@@ -25,7 +25,7 @@ from adapters.live import LiveMetrics
 from adapters.replay import ReplayMetrics, as_rate
 from adapters.sourceconfig import SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
-from opsagent.fixtures import Edge, Recording, SignalDef, load, unix
+from opsagent.fixtures import Edge, MetricSeries, Recording, SignalDef, load, unix
 from opsagent.incident import alert_services
 from opsagent.models import Alert
 from opsagent.pipeline import replay_sources
@@ -77,6 +77,13 @@ class NoSources:
         return None
 
 
+def as_signal(found: Sequence[MetricSeries], spec: SignalDef) -> list[Sample]:
+    """Series as one signal reads them: counters as increases (by the series' own type, else the
+    spec's, else the name), combined across pods the way the spec says."""
+    members = [as_rate(m, spec.type) for m in found]
+    return combine(members, spec.agg) if members else []
+
+
 class ReplaySeries:
     """Raw series of a recorded incident, combined across pods the way the signal's spec says."""
 
@@ -87,9 +94,8 @@ class ReplaySeries:
         matched = self.metrics._select(self.metrics._parse(query))
         if not matched:
             return []
-        members = [as_rate(m, spec.type) if spec.type is not None and m.type is None else s for m, _, s in matched]
         lo, hi = unix(start), unix(end)
-        return [(t, v) for t, v in combine(members, spec.agg) if lo <= t <= hi]
+        return [(t, v) for t, v in as_signal([m for m, _, _ in matched], spec) if lo <= t <= hi]
 
 
 class LiveSeries:
@@ -99,9 +105,7 @@ class LiveSeries:
         self.metrics = metrics
 
     async def series(self, *, query: str, spec: SignalDef, start: datetime, end: datetime) -> list[Sample]:
-        found = await self.metrics.reader.series(query=query, start=unix(start), end=unix(end))
-        members = [as_rate(m, spec.type) if spec.type is not None and m.type is None else m.samples for m in found]
-        return combine(members, spec.agg) if members else []
+        return as_signal(await self.metrics.reader.series(query=query, start=unix(start), end=unix(end)), spec)
 
 
 class LiveProvider:
