@@ -10,14 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
 import structlog
-import yaml
-from pydantic import ValidationError
 
 from adapters.changes_git import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
@@ -48,8 +44,8 @@ from adapters.sourceconfig import (
 )
 from adapters.tempo import TempoReader
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
-from opsagent.catalog import SignalCatalog, default_catalog
-from opsagent.errors import ConfigError, SourceUnavailable
+from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
+from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import Change, Edge, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
 from opsagent.tools import Sources
@@ -62,19 +58,9 @@ log = structlog.get_logger("opsagent.adapters")
 # ---------------------------------------------------------------- the live catalog
 
 
-@cache
-def _live_signals() -> dict[str, SignalDef]:
-    text = resources.files("opsagent").joinpath("data/signals_live.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
-    try:
-        return {name: SignalDef.model_validate(entry) for name, entry in raw.items()}
-    except ValidationError as exc:  # a packaging mistake, not user input
-        raise ConfigError(f"live signal catalog is invalid: {exc}") from exc
-
-
 def live_catalog(overrides: Mapping[str, SignalDef] | None = None) -> SignalCatalog:
     """The replay catalog with the live PromQL defaults on top, then a deployment's overrides."""
-    return default_catalog().merged(_live_signals()).merged(dict(overrides or {}))
+    return default_catalog().merged(packaged_signals("signals_live")).merged(dict(overrides or {}))
 
 
 def scan_catalog(overrides: Mapping[str, SignalDef] | None = None) -> SignalCatalog:

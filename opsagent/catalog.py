@@ -62,14 +62,15 @@ class SignalCatalog:
 
 
 @cache
-def _default_signals() -> dict[str, SignalDef]:
-    text = resources.files("opsagent").joinpath("data/signals.yaml").read_text(encoding="utf-8")
+def packaged_signals(name: str) -> dict[str, SignalDef]:
+    """A signal catalog shipped in the package (``opsagent/data/<name>.yaml``), read once."""
+    text = resources.files("opsagent").joinpath(f"data/{name}.yaml").read_text(encoding="utf-8")
     raw = yaml.safe_load(text)
     try:
-        return {name: SignalDef.model_validate(entry) for name, entry in raw.items()}
+        return {signal: SignalDef.model_validate(entry) for signal, entry in raw.items()}
     except ValidationError as exc:  # a packaging mistake, not user input
-        raise ConfigError(f"default signal catalog is invalid: {exc}") from exc
+        raise ConfigError(f"the packaged signal catalog {name}.yaml is invalid: {exc}") from exc
 
 
 def default_catalog() -> SignalCatalog:
-    return SignalCatalog(_default_signals())
+    return SignalCatalog(packaged_signals("signals"))
