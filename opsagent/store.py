@@ -239,6 +239,15 @@ def _instant(when: datetime | None) -> str | None:
     return None if when is None else when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
+def _new_episode(seen_started: str | None, n: NotificationIn) -> bool:
+    """Whether a firing notification for a group with an open incident is a new episode of it: every
+    alert in it started after every alert the incident has seen (``seen_started``, the latest start;
+    the same clock on both sides), so the episode the incident is about ended without its
+    ``resolved`` reaching us."""
+    first = _instant(n.first_started)
+    return n.status == "firing" and first is not None and seen_started is not None and first > seen_started
+
+
 def _incident(row: Sequence[object]) -> IncidentRecord:
     return IncidentRecord.model_validate(dict(zip(_INCIDENT_COLUMNS.replace(" ", "").split(","), row, strict=True)))
 
@@ -460,10 +469,13 @@ class Store:
             for n in notifications:
                 when = n.received_at.isoformat()
                 row = db.execute(
-                    "SELECT id FROM incidents WHERE group_key = ? AND resolved_at IS NULL", (n.group_key,)
+                    "SELECT id, alerts_started FROM incidents WHERE group_key = ? AND resolved_at IS NULL",
+                    (n.group_key,),
                 ).fetchone()
                 incident_id: str | None = row[0] if row else None
-                if incident_id is not None and self._new_episode(db, incident_id, n):
+                seen_started: str | None = row[1] if row else None
+                started = _instant(n.last_started)
+                if incident_id is not None and _new_episode(seen_started, n):
                     db.execute(
                         "UPDATE incidents SET state = 'resolved', resolved_at = ?, updated_at = ? WHERE id = ?",
                         (when, when, incident_id),
@@ -488,17 +500,7 @@ class Store:
                         "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title,"
                         " receiver, created_at, updated_at, alerts_started)"
                         " VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            incident_id,
-                            n.group_key,
-                            n.service,
-                            n.alertname,
-                            n.title,
-                            n.receiver,
-                            when,
-                            when,
-                            _instant(n.last_started),
-                        ),
+                        (incident_id, n.group_key, n.service, n.alertname, n.title, n.receiver, when, when, started),
                     )
                     db.execute("UPDATE notifications SET incident_id = ? WHERE id = ?", (incident_id, notification_id))
                     cur = db.execute(
@@ -508,32 +510,19 @@ class Store:
                     )
                     job_id = int(cur.lastrowid or 0)
                 elif action in ("updated", "resolved"):
+                    # the latest start the incident has seen (fixed-width UTC stamps: text order is time order)
+                    latest = max((t for t in (seen_started, started) if t is not None), default=None)
                     db.execute(
                         "UPDATE incidents SET notifications = notifications + 1, updated_at = ?,"
                         " state = CASE WHEN ? = 'resolved' THEN 'resolved' ELSE state END,"
-                        " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END WHERE id = ?",
-                        (when, action, action, when, incident_id),
+                        " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END,"
+                        " alerts_started = ? WHERE id = ?",
+                        (when, action, action, when, latest, incident_id),
                     )
-                    if n.last_started is not None:  # fixed-width UTC stamps: text order is time order
-                        db.execute(
-                            "UPDATE incidents SET alerts_started = ? WHERE id = ?"
-                            " AND (alerts_started IS NULL OR alerts_started < ?)",
-                            (_instant(n.last_started), incident_id, _instant(n.last_started)),
-                        )
                 out.append(
                     Accepted(notification_id=notification_id, incident_id=incident_id, action=action, job_id=job_id)
                 )
         return out
-
-    @staticmethod
-    def _new_episode(db: sqlite3.Connection, incident_id: str, n: NotificationIn) -> bool:
-        """Whether a firing notification for a group with an open incident is a new episode of it:
-        every alert in it started after every alert the incident has seen (the same clock on both
-        sides), so the episode the incident is about ended without its ``resolved`` reaching us."""
-        if n.status != "firing" or n.first_started is None:
-            return False
-        row = db.execute("SELECT alerts_started FROM incidents WHERE id = ?", (incident_id,)).fetchone()
-        return row is not None and row[0] is not None and _instant(n.first_started) > row[0]
 
     def claim_job(self, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
         """The oldest queued job (or one whose lease ran out), leased to ``owner``. A job tried
