@@ -597,12 +597,12 @@ def feedback_cmd(
     with _store() as store:
         try:
             record = store.investigation(incident_id)
+            report = store.report(incident_id)
             store.record_feedback(incident_id, correct=correct, root_cause=root_cause)
         except StoreError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
         if correct:  # a lesson that lowered the conclusion the engineer confirms misled, however it ended
-            report = store.report(incident_id)
             rc = report.root_cause
             misled = misled_by(report.lessons_used, rc.component, rc.kind) if rc is not None else []
             store.count_use([i for i in record.lessons_used if i not in misled], counter="helped")
@@ -613,7 +613,7 @@ def feedback_cmd(
         if root_cause is None:
             return
         service, _, kind = root_cause.partition("/")
-        misled = misled_by(store.report(incident_id).lessons_used, service, kind)
+        misled = misled_by(report.lessons_used, service, kind)
         if misled:
             store.count_use(misled, counter="misled")
             console.print(
@@ -621,7 +621,7 @@ def feedback_cmd(
             )
         first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
         try:
-            lesson = from_feedback(store.report(incident_id), root_cause, datetime.now(UTC), first_checks=first_checks)
+            lesson = from_feedback(report, root_cause, datetime.now(UTC), first_checks=first_checks)
         except ValueError as exc:
             err.print(f"no lesson written: {escape(str(exc))}", soft_wrap=True)
             return

@@ -405,6 +405,11 @@ class Lesson(Frozen):
         default=0, description="investigations where the kind it lowered turned out to be the cause (truth, feedback)"
     )
 
+    @property
+    def unreliable(self) -> bool:
+        """It misled more often than it helped: it no longer ranks hypotheses, only suggests a call."""
+        return self.times_misled > self.times_helped
+
 
 class LessonUse(Frozen):
     """A lesson an investigation retrieved, and what it changed there."""

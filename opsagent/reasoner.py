@@ -158,11 +158,10 @@ class PlaybookReasoner:
             if r.component != h.component:
                 continue
             if r.lesson.refuted_kind == h.kind and score == h.score:  # one lowering, however many agree
-                misled, helped = r.lesson.times_misled, r.lesson.times_helped
-                if misled > helped:  # it was wrong more often than right: it no longer ranks, only suggests
+                if r.lesson.unreliable:
                     notes.append(
                         f"{r.lesson.id}: did not lower {h.kind} on {h.component}: the kind it lowered was the cause "
-                        f"{misled} time(s), it helped {helped}"
+                        f"{r.lesson.times_misled} time(s), it helped {r.lesson.times_helped}"
                     )
                 else:
                     score *= LESSON_PENALTY

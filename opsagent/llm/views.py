@@ -158,7 +158,7 @@ def lessons_text(lessons: Sequence[Retrieved]) -> str:
         + (
             f" [unreliable: the kind it refuted was the cause {r.lesson.times_misled} time(s), "
             f"it helped {r.lesson.times_helped}]"
-            if r.lesson.times_misled > r.lesson.times_helped
+            if r.lesson.unreliable
             else ""
         )
         for r in lessons
