@@ -273,7 +273,7 @@ def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypo
             if not h.explains:
                 return h.score * REDUNDANT
             total = sum(weights.get(f, 1.0) for f in h.explains) or 1.0
-            novel = sum(weights.get(f, 1.0) for f in set(h.explains) - explained) / total
+            novel = sum(weights.get(f, 1.0) for f in sorted(set(h.explains) - explained)) / total
             return h.score * (REDUNDANT + (1 - REDUNDANT) * novel)
 
         best = max(left, key=lambda h: (worth(h), -left.index(h)))

@@ -330,20 +330,13 @@ def _propagate(own: dict[str, float], graph: list[Edge], profiles: dict[str, Pro
         n: _own_score({k: v for k, v in p.features.items() if k.startswith(FAILURES)}) for n, p in profiles.items()
     }
 
-    def downstream_max(scores: dict[str, float]) -> Callable[[str, frozenset[str]], float]:
-        memo: dict[str, float] = {}
+    def downstream_max(scores: dict[str, float]) -> Callable[[str], float]:
+        """The largest score anywhere below a node (a cycle does not bring the node itself back)."""
 
-        def walk(node: str, seen: frozenset[str]) -> float:
-            if node in memo:
-                return memo[node]
-            best = 0.0
-            for d in callees.get(node, ()):
-                if d not in seen:
-                    best = max(best, scores.get(d, 0.0), walk(d, seen | {d}))
-            memo[node] = best
-            return best
+        def below(node: str) -> float:
+            return max((scores.get(d, 0.0) for d in descendants(graph, (node,)) if d != node), default=0.0)
 
-        return walk
+        return below
 
     below_any, below_failing = downstream_max(own), downstream_max(failing)
     out: dict[str, float] = {}
@@ -352,10 +345,10 @@ def _propagate(own: dict[str, float], graph: list[Edge], profiles: dict[str, Pro
         if mine <= 0:
             out[node] = 0.0
             continue
-        explained = min(below_any(node, frozenset({node})) / mine, 1.0)
+        explained = min(below_any(node) / mine, 1.0)
         share = min(failing.get(node, 0.0) / mine, 1.0)
         if share:
-            by_failures = min(below_failing(node, frozenset({node})) / mine, 1.0)
+            by_failures = min(below_failing(node) / mine, 1.0)
             explained = (1 - share) * explained + share * max(by_failures, SLOW_EXPLAINS_FAILING * explained)
         features = profiles[node].features if node in profiles else {}
         if "trace:self_time_up" in features:
