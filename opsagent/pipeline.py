@@ -14,12 +14,11 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
-from adapters.replay import ReplayChanges, ReplayLogs, ReplayMetrics, ReplayTraces
+from adapters.replay import replay_sources
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import retrieve
-from opsagent.logsummary import Summariser
 from opsagent.loop import Budget, Clock, Listener, Meter
 from opsagent.models import (
     CHANGE_KINDS,
@@ -43,8 +42,9 @@ from opsagent.models import (
 )
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.sources import Sources
 from opsagent.strategies import Outcome, reflect, strategy
-from opsagent.tools import Sources, Toolbox
+from opsagent.tools import Toolbox
 from opsagent.triage import Triage, descendants
 
 log = structlog.get_logger("opsagent.pipeline")
@@ -57,16 +57,6 @@ SYMPTOM_SIGNAL = {
     Symptom.availability: "error_ratio",
     Symptom.traffic: "request_rate",
 }
-
-
-def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Summariser | None = None) -> Sources:
-    present = recording.present
-    return Sources(
-        metrics=ReplayMetrics(recording, catalog) if "metrics" in present else None,
-        logs=ReplayLogs(recording, summariser) if "logs" in present else None,
-        changes=ReplayChanges(recording) if "changes" in present else None,
-        traces=ReplayTraces(recording) if "traces" in present else None,
-    )
 
 
 async def refine_onset(alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident) -> datetime:

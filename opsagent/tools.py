@@ -17,7 +17,6 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters.protocols import ChangesSource, LogsSource, MetricsSource, TracesSource
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected, SourceError, SourceTimeout
 from opsagent.fixtures import SignalDef
@@ -31,19 +30,9 @@ from opsagent.models import (
     SourceKind,
 )
 from opsagent.observations import describe, estimate_tokens
+from opsagent.sources import ChangesSource, LogsSource, MetricsSource, Sources, TracesSource
 
 log = structlog.get_logger("opsagent.tools")
-
-
-@dataclass
-class Sources:
-    metrics: MetricsSource | None = None
-    logs: LogsSource | None = None
-    changes: ChangesSource | None = None
-    traces: TracesSource | None = None
-
-    def kinds(self) -> set[SourceKind]:
-        return {SourceKind(k) for k in ("metrics", "logs", "changes", "traces") if getattr(self, k)}
 
 
 class _Args(BaseModel):
