@@ -355,9 +355,38 @@ async def investigate_fixture(
 ) -> tuple[Report, Truth | None]:
     """Replay a recorded incident. Truth is returned beside the report, never passed inward."""
     recording, truth = load(path)
-    catalog = default_catalog().merged(recording.signals)
+    report = await investigate_recording(
+        recording,
+        playbooks=playbooks,
+        reasoner=reasoner,
+        strategy_name=strategy_name,
+        budget=budget,
+        clock=clock,
+        lessons=lessons,
+        listener=listener,
+        now=now,
+    )
+    return report, truth
+
+
+async def investigate_recording(
+    recording: Recording,
+    *,
+    playbooks: Sequence[Playbook] | None = None,
+    reasoner: Reasoner | None = None,
+    strategy_name: str = "hybrid",
+    budget: Budget | None = None,
+    clock: Clock = time.perf_counter,
+    lessons: Sequence[Lesson] = (),
+    listener: Listener | None = None,
+    now: datetime | None = None,
+    use_signals: bool = True,
+) -> Report:
+    """Investigate a loaded recording with the replay sources. ``use_signals=False`` ignores the
+    recording's ``signals:`` block, as a user who never wrote one would (signal discovery only)."""
+    catalog = default_catalog().merged(recording.signals if use_signals else {})
     reasoner = reasoner or PlaybookReasoner(playbooks if playbooks is not None else load_default_playbooks())
-    report = await investigate(
+    return await investigate(
         recording.alert,
         sources=replay_sources(recording, catalog),
         catalog=catalog,
@@ -372,4 +401,3 @@ async def investigate_fixture(
         lessons=lessons,
         listener=listener,
     )
-    return report, truth
