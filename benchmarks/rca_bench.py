@@ -9,8 +9,9 @@ Sets: ``corpus`` (the recorded incidents in fixtures/incidents, written by this 
 investigation is the playbook reasoner on the replay sources, no servers.
 
 Columns, per set and strategy: AC@1 and AC@3 (the true service among the first k suspects), Avg@5,
-kind (the top suspect's fault kind is the true one, where the data set names one), precision of confirmed and of probable
-verdicts (their root-cause service is the true one; n in brackets), mean tool calls, mean estimated
+kind (the top suspect's fault kind is the true one, where the data set names one), precision of
+confirmed and of probable verdicts (their root-cause service is the true one; n in brackets), mean
+tool calls, mean estimated
 tokens, p50 and max wall time of an investigation (loading the fixture excluded), and the best
 published figure on the same data. Then the same without the recordings' ``signals:`` blocks (what
 a user who never mapped their metric names gets), a table of confidence against accuracy, and with
