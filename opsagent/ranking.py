@@ -68,8 +68,11 @@ INFINITE_RATIO = 1e3
 SELF_TIME_WEIGHT = 1.2
 #: A log family bursting n times its baseline weighs log2(n)/this, capped at 1.
 LOG_BURST_DIVISOR = 4.0
-#: A new error template weighs this; each log family among new errors, NEW_FAMILY_WEIGHT.
+#: New or bursting error templates weigh NEW_ERROR_WEIGHT up to seven lines, growing with log2 of
+#: their lines beyond, up to twice that; each log family among them, NEW_FAMILY_WEIGHT.
 NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 1.0, 0.5
+#: Error spans born in a component, and more calls per request, each weigh this.
+TRACE_ERRORS_WEIGHT, FANOUT_WEIGHT = 1.0, 1.0
 #: A change just before onset weighs this.
 CHANGE_WEIGHT = 0.5
 #: Waiting on callees says where not to look; it barely weighs.
@@ -90,6 +93,10 @@ def self_time_weight(shift: float) -> float:
 
 def log_burst_weight(count: int, expected: float) -> float:
     return min(math.log2(count / max(expected, 1.0)) / LOG_BURST_DIVISOR, 1.0)
+
+
+def new_error_weight(lines: int) -> float:
+    return NEW_ERROR_WEIGHT * min(max(math.log2(1 + lines) / 3, 1.0), 2.0)
 
 
 # ---------------------------------------------------------------- a component's own score

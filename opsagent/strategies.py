@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from opsagent import ranking
 from opsagent.errors import ConfigError
+from opsagent.features import profiles_from
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
 from opsagent.lessons import Retrieved, concrete
@@ -33,7 +34,7 @@ from opsagent.models import (
 )
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
-from opsagent.triage import ComponentProfile, Triage, profiles_from, triage
+from opsagent.triage import ComponentProfile, Triage, triage
 
 
 @dataclass

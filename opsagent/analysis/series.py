@@ -7,6 +7,7 @@ investigation sees the same observation live and in replay. No I/O here.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from bisect import bisect_right
@@ -108,19 +109,62 @@ def signal_stats(
     )
 
 
+#: Label values that say which end of a call edge measured it: the caller's (client) or the callee's
+#: (server). Istio's ``reporter``, OpenTelemetry's span kind and plain words alike.
+CLIENT_SIDES = frozenset({"source", "client", "caller", "outbound", "downstream"})
+SERVER_SIDES = frozenset({"destination", "server", "callee", "inbound", "upstream"})
+SIDE_LABELS = ("side", "reporter", "direction", "span_kind", "kind")
+#: Metric-name prefixes of node- and host-level exporters (node_exporter, Windows, host metrics):
+#: the figure is the machine's, shared by every pod on it.
+NODE_PREFIXES = ("node_", "host_", "machine_", "windows_")
+#: Labels that name a node or host.
+NODE_LABELS = ("node", "nodename", "kubernetes_node", "host", "hostname")
+
+
+def side_of(labels: dict[str, str]) -> Literal["client", "server"] | None:
+    for label in SIDE_LABELS:
+        value = labels.get(label, "").lower()
+        if value in CLIENT_SIDES:
+            return "client"
+        if value in SERVER_SIDES:
+            return "server"
+    return None
+
+
+def is_node_series(name: str) -> bool:
+    """A node's or host's figure (node_exporter's naming), not the service's own."""
+    return name.startswith(NODE_PREFIXES)
+
+
+def node_of(labels: dict[str, str], samples: Sequence[Sample]) -> str:
+    """The node a node-level series belongs to: its label, or else a fingerprint of its values (the
+    same node's series, repeated for every pod on it, carry the same values)."""
+    for label in NODE_LABELS:
+        if labels.get(label):
+            return labels[label]
+    digest = hashlib.sha1(",".join(f"{t:.0f}:{v:.6g}" for t, v in samples).encode()).hexdigest()[:8]
+    return f"node-{digest}"
+
+
 @dataclass(frozen=True)
 class ScanGroup:
-    """The series of one metric of one component (of one call edge, for edge metrics)."""
+    """The series of one metric of one component: of one call edge and side, for edge metrics."""
 
     component: str
     metric: str
     caller: str
     members: list[list[Sample]]
+    side: Literal["client", "server"] | None = None
+    node: str | None = None
+
+    @property
+    def scope(self) -> Literal["service", "edge", "node"]:
+        return "node" if self.node is not None else "edge" if self.caller else "service"
 
     def spec(self, catalog: SignalCatalog) -> tuple[str | None, SignalDef]:
         signal = catalog.signal_of(self.metric)
         found = catalog.get(signal) if signal else None
-        return signal, found or SignalDef(query=self.metric, direction="any")
+        return signal, found or catalog.unlisted(self.metric)
 
     def limit_query(self, catalog: SignalCatalog) -> str | None:
         _, spec = self.spec(catalog)
@@ -128,19 +172,25 @@ class ScanGroup:
 
 
 def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> list[ScanGroup]:
-    """Series grouped by component, metric and caller, in a stable order."""
-    groups: dict[tuple[str, str, str], list[list[Sample]]] = defaultdict(list)
+    """Series grouped by component, metric, caller and side, in a stable order. Node-level series
+    are grouped by node as well, so a node's figure is read once per component on it."""
+    groups: dict[tuple[str, str, str, str, str], list[list[Sample]]] = defaultdict(list)
     for s, component, samples in series:
-        groups[(component, s.name, s.labels.get("caller", ""))].append(samples)
-    return [ScanGroup(c, m, e, members) for (c, m, e), members in sorted(groups.items())]
+        node = node_of(s.labels, s.samples) if is_node_series(s.name) else ""
+        groups[(component, s.name, s.labels.get("caller", ""), side_of(s.labels) or "", node)].append(samples)
+    return [
+        ScanGroup(c, m, e, members, side=side or None, node=node or None)  # type: ignore[arg-type]
+        for (c, m, e, side, node), members in sorted(groups.items())
+    ]
 
 
 def scan_stats(group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, limit: Limit) -> SeriesStats:
     signal, spec = group.spec(catalog)
     edge, component = group.caller, group.component
-    label = f'{{caller="{edge}", callee="{component}"}}' if edge else f'{{service="{component}"}}'
-    return series_stats(
-        combine(group.members, spec.agg),
+    side = f', side="{group.side}"' if group.side else ""
+    label = f'{{caller="{edge}", callee="{component}"{side}}}' if edge else f'{{service="{component}"}}'
+    stats = series_stats(
+        combine(group.members, "max" if group.node else spec.agg),
         incident=incident,
         signal=signal or group.metric,
         component=component,
@@ -148,6 +198,9 @@ def scan_stats(group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, 
         spec=spec,
         series=len(group.members),
         limit=limit,
+    )
+    return stats.model_copy(
+        update={"scope": group.scope, "caller": edge or None, "side": group.side, "node": group.node}
     )
 
 
@@ -167,11 +220,12 @@ def series_stats(
     refer = partial(reference, baseline=(b0, b1), window_start=unix(incident.window.start), onset=onset)
     win = between(samples, onset, end)
     ref = refer(samples)
-    centre, spread = (ref.centre, ref.spread) if ref else (None, None)
+    floor = min_effect(spec)
+    centre, spread = (ref.centre, max(ref.spread, floor / 2)) if ref else (None, None)
     window_max = max(win) if win else None
     level = _worse_half(win, spec.direction, centre) if win else None
     z = (level - centre) / spread if level is not None and centre is not None and spread else None
-    ratio = safe_ratio(level, centre)
+    ratio = effect_ratio(level, centre, floor)
     bar = {"min_ratio": SHORT_REFERENCE_RATIO, "max_ratio": 1 / SHORT_REFERENCE_RATIO} if ref and ref.short else {}
     direction = shift_direction(z, ratio, **bar)
     top = ceiling_of(spec.unit) if spec.direction == "down" else None
@@ -182,7 +236,7 @@ def series_stats(
             z = -((top - level) - gap.centre) / gap.spread
             moved = shift_direction(-z, safe_ratio(top - level, gap.centre), **bar)
             direction = "down" if moved == "up" else "up" if moved == "down" else moved
-    if level is not None and centre is not None and abs(level - centre) < spec.min_delta:
+    if level is not None and centre is not None and abs(level - centre) < floor:
         direction = "flat"
     if (spec.direction == "down" and direction == "up") or (spec.direction == "up" and direction == "down"):
         direction = "flat" if direction != "unknown" else direction
@@ -205,6 +259,40 @@ def series_stats(
         **_against_limit(samples, limit, onset, end),
         direction=direction,
     )
+
+
+#: The smallest change that matters, by unit, for a signal that does not say (``min_delta``): below
+#: it, a shift is noise however many times its tiny baseline it is (0 -> 0.13 requests/s is not a
+#: surge; 1 ms -> 3 ms is not a slowdown).
+UNIT_MIN_EFFECT: dict[str, float] = {
+    "s": 0.005,
+    "seconds": 0.005,
+    "ms": 5.0,
+    "milliseconds": 5.0,
+    "us": 5000.0,
+    "percent": 1.0,
+    "%": 1.0,
+    "ratio": 0.01,
+    "req/s": 1.0,
+    "requests/s": 1.0,
+    "ops": 1.0,
+    "1/s": 0.1,
+}
+
+
+def min_effect(spec: SignalDef) -> float:
+    """The smallest absolute change of a signal that counts: its own ``min_delta``, else its unit's."""
+    return spec.min_delta or UNIT_MIN_EFFECT.get((spec.unit or "").lower(), 0.0)
+
+
+def effect_ratio(level: float | None, centre: float | None, floor: float) -> float | None:
+    """How many times its normal level a signal moved, with levels below the smallest change that
+    counts read as that floor: a series rising from zero moves by level/floor, not by infinity."""
+    if level is None or centre is None:
+        return None
+    if floor > 0 and level >= 0 and centre >= 0:
+        return max(level, floor) / max(centre, floor)
+    return safe_ratio(level, centre)
 
 
 def _against_limit(
