@@ -23,11 +23,14 @@ from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
     SERVICE_LABELS,
     Limit,
+    PeerNoise,
     as_rate,
     ceiling_series,
     component_of,
+    peer_noise,
     scan_groups,
     scan_stats,
+    side_of,
     signal_stats,
 )
 from opsagent.analysis.spans import neighbours, span_times, trace_summary
@@ -51,6 +54,10 @@ def metrics_range(incident: Incident) -> tuple[float, float]:
     return min(unix(incident.baseline.start), unix(incident.window.start)), unix(incident.window.end)
 
 
+def _incident_key(incident: Incident) -> str:
+    return f"{incident.id}|{incident.onset.isoformat()}|{incident.baseline.start.isoformat()}"
+
+
 class LiveMetrics:
     def __init__(
         self, reader: MetricsReader, *, catalog: SignalCatalog, scan_catalog: SignalCatalog | None = None
@@ -60,6 +67,8 @@ class LiveMetrics:
         #: names scanned series by signal; full-PromQL entries cannot map a metric name back
         self.scan_catalog = scan_catalog or catalog
         self.name = reader.name
+        #: the peers' noise the last scan of an incident measured, for the signal checks that follow it
+        self._noise: dict[str, dict[tuple[str, str | None], PeerNoise]] = {}
 
     async def _limit(self, query: str | None, agg: Agg, start: float, end: float) -> Limit:
         if not query:
@@ -82,8 +91,16 @@ class LiveMetrics:
         )
         if not matched:
             return None
+        peers = self._noise.get(_incident_key(incident), {}).get((matched[0].name, side_of(matched[0].labels)))
         return signal_stats(
-            matched, query=query, signal=signal, component=component, spec=spec, incident=incident, limit=limit
+            matched,
+            query=query,
+            signal=signal,
+            component=component,
+            spec=spec,
+            incident=incident,
+            limit=limit,
+            peers=peers,
         )
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
@@ -99,11 +116,14 @@ class LiveMetrics:
                 wanted[(query, group.spec(self.scan_catalog)[1].agg)] = None
         answers = await asyncio.gather(*(self._limit(q, agg, start, end) for q, agg in wanted))
         limits = dict(zip(wanted, answers, strict=True))
+        noise = peer_noise(groups, catalog=self.scan_catalog, incident=incident)
+        self._noise[_incident_key(incident)] = noise
         out = []
         for group in groups:
             query = group.limit_query(self.scan_catalog)
             limit = limits[(query, group.spec(self.scan_catalog)[1].agg)] if query else None
-            out.append(scan_stats(group, catalog=self.scan_catalog, incident=incident, limit=limit))
+            peers = noise.get((group.metric, group.side))
+            out.append(scan_stats(group, catalog=self.scan_catalog, incident=incident, limit=limit, peers=peers))
         return out
 
 

@@ -17,11 +17,14 @@ from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
     SERVICE_LABELS,
     Limit,
+    PeerNoise,
     as_rate,
     ceiling_series,
     component_of,
+    peer_noise,
     scan_groups,
     scan_stats,
+    side_of,
     signal_stats,
 )
 from opsagent.analysis.spans import SpanTime, span_times, trace_edges, trace_summary
@@ -67,6 +70,12 @@ class ReplayMetrics:
         self.catalog = catalog
         self.services = known_services(recording)
         self._series = [(s, component_of(s.labels, self.services), as_rate(s)) for s in recording.metrics]
+        self._groups = scan_groups(self._series)
+        self._noise: dict[str, dict[tuple[str, str | None], PeerNoise]] = {}
+
+    @staticmethod
+    def _key(incident: Incident) -> str:
+        return f"{incident.id}|{incident.onset.isoformat()}|{incident.baseline.start.isoformat()}"
 
     def _select(self, selector: Selector) -> list[tuple[MetricSeries, str, list[Sample]]]:
         out = []
@@ -107,6 +116,7 @@ class ReplayMetrics:
         if not matched:
             return None
         limit_q = spec.limit.replace("$service", component) if spec.limit else None
+        first = matched[0][0]
         return signal_stats(
             [m for m, _, _ in matched],
             query=query,
@@ -115,14 +125,19 @@ class ReplayMetrics:
             spec=spec,
             incident=incident,
             limit=self._limit(limit_q, spec.agg),
+            # Like the live source: the peers' noise of this incident's scan, once it has run.
+            peers=self._noise.get(self._key(incident), {}).get((first.name, side_of(first.labels))),
         )
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         out = []
-        for group in scan_groups(self._series):
+        peers = peer_noise(self._groups, catalog=self.catalog, incident=incident)
+        self._noise[self._key(incident)] = peers
+        for group in self._groups:
             _, spec = group.spec(self.catalog)
             limit = self._limit(group.limit_query(self.catalog), spec.agg)
-            out.append(scan_stats(group, catalog=self.catalog, incident=incident, limit=limit))
+            noise = peers.get((group.metric, group.side))
+            out.append(scan_stats(group, catalog=self.catalog, incident=incident, limit=limit, peers=noise))
         return out
 
 

@@ -7,8 +7,10 @@ this raw metric name, if any.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 import yaml
 from pydantic import ValidationError
@@ -25,7 +27,22 @@ _UNIT_SUFFIXES = (
     ("_percent", "percent"),
     ("_ratio", "ratio"),
     ("_bytes", "bytes"),
+    ("_millicores", "millicores"),
+    ("_mebibytes", "MiB"),
 )
+
+
+#: Name words that say which way a metric goes bad (an unlisted metric is read by its name): time
+#: taken and failures are bad going up, success and hits going down; anything else either way.
+_BAD_UP = re.compile(r"(?:^|_)(?:latency|duration|response_time|errors?|failures?|failed|timeouts?|retries)(?:_|$)")
+_BAD_DOWN = re.compile(r"(?:^|_)(?:success|succeeded|availability|available|hits?|uptime)(?:_|$)")
+
+
+def bad_way(metric: str) -> Literal["up", "down", "any"]:
+    """Which way a metric goes bad, read from its name."""
+    if _BAD_DOWN.search(metric):
+        return "down"
+    return "up" if _BAD_UP.search(metric) else "any"
 
 
 def unit_of(metric: str) -> str | None:
@@ -60,8 +77,8 @@ class SignalCatalog:
         return limit.replace("$service", component) if limit else None
 
     def unlisted(self, metric: str) -> SignalDef:
-        """How a metric no signal names is read: either way can be bad, its unit from its name."""
-        return SignalDef(query=metric, direction="any", unit=unit_of(metric))
+        """How a metric no signal names is read: its unit and the way that is bad from its name."""
+        return SignalDef(query=metric, direction=bad_way(metric), unit=unit_of(metric))
 
     def signal_of(self, metric_name: str) -> str | None:
         return self._by_metric.get(metric_name)

@@ -9,6 +9,7 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 
 * ``signal:<signal>:up|down`` a metric of the component shifted; ``near_limit:<signal>`` at its ceiling;
 * ``node:<signal>:up|down`` a figure of the node the component runs on (shared with its neighbours);
+* ``deps:<signal>:up|down`` the component's view of the calls it makes (a client-side latency);
 * ``net:path_slow`` calls to or from the component got slower as their callers see them while the
   callees' own view did not: the time is lost between them (a network delay on the component's links);
 * ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
@@ -117,9 +118,12 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
         shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
         mag = ranking.metric_weight(shortfall or s.mean_ratio)
         ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else ""
-        if s.scope == "node":
-            # The node's figure, shared by every pod on it: context, not the component's own anomaly.
-            profiles[s.component].add(f"node:{s.signal}:{s.direction}", mag, obs, f"node {s.signal} {s.direction}")
+        if s.scope in ("node", "outbound"):
+            # The node's figure (shared by every pod on it), or the component's view of its calls
+            # (its dependencies' doing): context, not the component's own anomaly.
+            prefix = "node" if s.scope == "node" else "deps"
+            why = f"{prefix} {s.signal} {s.direction} {ratio}"
+            profiles[s.component].add(f"{prefix}:{s.signal}:{s.direction}", mag, obs, why)
             continue
         profiles[s.component].add(f"signal:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
         if s.limit_fraction is not None and evaluate(AT_LIMIT, single, ctx).met:

@@ -174,14 +174,19 @@ class SeriesStats(Frozen):
     limit: float | None = None
     limit_fraction: float | None = Field(default=None, description="window max / limit")
     direction: Literal["up", "down", "flat", "unknown"]
-    scope: Literal["service", "edge", "node"] = Field(
-        default="service", description="whose figure it is: the component's, a call edge's, or its node's"
+    scope: Literal["service", "edge", "node", "outbound"] = Field(
+        default="service",
+        description="whose figure it is: the component's, a call edge's, its node's, or its outgoing calls'",
     )
     caller: str | None = Field(default=None, description="for an edge series: the calling component")
     side: Literal["client", "server"] | None = Field(
         default=None, description="for an edge series: seen by the caller (client) or by the callee (server)"
     )
     node: str | None = Field(default=None, description="for a node series: the node, or a fingerprint of it")
+    peer_surprise: float | None = Field(
+        default=None,
+        description="share of the metric's deviations before onset, over every component, at least this large",
+    )
 
 
 class MetricsData(Frozen):

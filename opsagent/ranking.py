@@ -31,6 +31,7 @@ RULES: dict[str, str] = {
     "failures": "failures are explained by failures; a merely slow dependency explains half of them",
     "anomalous_path": "a component the alert reaches only through quiet components gets half its score",
     "diversity": "the beam prefers the hypothesis that explains what the ones before it leave unexplained",
+    "specificity": "a metric shift seen in many components at once tells less about each of them",
 }
 
 _disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
@@ -70,7 +71,7 @@ SELF_TIME_WEIGHT = 1.2
 LOG_BURST_DIVISOR = 4.0
 #: New or bursting error templates weigh NEW_ERROR_WEIGHT up to seven lines, growing with log2 of
 #: their lines beyond, up to twice that; each log family among them, NEW_FAMILY_WEIGHT.
-NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 1.0, 0.5
+NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 2.0, 0.5
 #: Error spans born in a component, and more calls per request, each weigh this.
 TRACE_ERRORS_WEIGHT, FANOUT_WEIGHT = 1.0, 1.0
 #: A change just before onset weighs this.
@@ -99,6 +100,39 @@ def new_error_weight(lines: int) -> float:
     return NEW_ERROR_WEIGHT * min(max(math.log2(1 + lines) / 3, 1.0), 2.0)
 
 
+def specificity(share: float, components: int) -> float:
+    """How much a feature says about a component when ``share`` of the incident's components show
+    it: 1 when only this one does, falling like inverse document frequency (log(N/n) / log N) as it
+    spreads, never below SPECIFICITY_FLOOR. A metric that shifts in a third of the services at once
+    is the environment's weather (a noisy exporter, a shared dependency), not this service's fault."""
+    if not on("specificity") or components < SPECIFICITY_MIN_COMPONENTS or share <= 0:
+        return 1.0
+    n = max(share * components, 1.0)
+    return max(math.log(components / n) / math.log(components), SPECIFICITY_FLOOR)
+
+
+#: Below this many components, how widespread a shift is says nothing.
+SPECIFICITY_MIN_COMPONENTS = 5
+#: The least a widespread shift still weighs, as a share of its weight.
+SPECIFICITY_FLOOR = 0.2
+#: Features whose weight depends on how widespread they are.
+SPECIFIC_PREFIXES = ("signal:", "near_limit:")
+
+
+def weigh_by_specificity(features: Mapping[str, dict[str, float]]) -> None:
+    """Scale each metric feature by how few components show it (in place)."""
+    components = len(features)
+    counts: dict[str, int] = {}
+    for found in features.values():
+        for name in found:
+            if name.startswith(SPECIFIC_PREFIXES):
+                counts[name] = counts.get(name, 0) + 1
+    for found in features.values():
+        for name in list(found):
+            if name in counts:
+                found[name] = found[name] * specificity(counts[name] / components, components)
+
+
 # ---------------------------------------------------------------- a component's own score
 
 #: Features of the requests a component receives: for a callee, its callers' doing.
@@ -110,7 +144,7 @@ NEXT_METRICS = 0.3
 #: How much a self-time shift counts against metrics (traces measure the component itself).
 SELF_TIME_FACTOR = 1.5
 #: Caps on what logs and changes add to a component's own score.
-LOG_CAP, CHANGE_CAP = 2.0, 0.5
+LOG_CAP, CHANGE_CAP = 3.5, 0.5
 
 
 def own_score(features: Mapping[str, float], *, called: bool = False) -> float:

@@ -126,12 +126,9 @@ def reference(
     step = sampling_step(samples)
     base = between(samples, b0, b1)
     detached = is_detached(baseline, window_start=window_start, onset=onset)
-    recent = [v for t, v in samples if window_start <= t and t + step <= onset and not b0 <= t < b1]
+    recent = recent_samples(samples, baseline=baseline, window_start=window_start, onset=onset)
     if not recent and detached:
-        # Only the sample that straddles onset: better than comparing with another period alone.
-        recent = [v for t, v in samples if window_start <= t < onset and not b0 <= t < b1]
-        if not recent:
-            return None  # nothing from this period before onset: a shift and a change of period look alike
+        return None  # nothing from this period before onset: a shift and a change of period look alike
     if len(base) >= MIN_BASELINE:
         centre = median(base)
         spread = robust_spread(base, centre)
@@ -147,6 +144,30 @@ def reference(
         centre = median(pool)
         return Reference(centre, robust_spread(pool, centre), short=len(pool) < MIN_BASELINE)
     return None
+
+
+def recent_samples(
+    samples: Sequence[Sample], *, baseline: tuple[float, float], window_start: float, onset: float
+) -> list[float]:
+    """The samples of this period before onset (outside the baseline) whose period ends by onset;
+    against another period, the one straddling onset when there is no other."""
+    b0, b1 = baseline
+    step = sampling_step(samples)
+    recent = [v for t, v in samples if window_start <= t and t + step <= onset and not b0 <= t < b1]
+    if not recent and is_detached(baseline, window_start=window_start, onset=onset):
+        # Only the sample that straddles onset: better than comparing with another period alone.
+        recent = [v for t, v in samples if window_start <= t < onset and not b0 <= t < b1]
+    return recent
+
+
+def normal_samples(
+    samples: Sequence[Sample], *, baseline: tuple[float, float], window_start: float, onset: float
+) -> list[float]:
+    """Every sample from before onset that :func:`reference` may read as normal, in time order
+    (the baseline's, then this period's)."""
+    return between(sorted(samples), *baseline) + recent_samples(
+        sorted(samples), baseline=baseline, window_start=window_start, onset=onset
+    )
 
 
 def is_detached(baseline: tuple[float, float], *, window_start: float, onset: float) -> bool:

@@ -15,6 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
+from statistics import median
 from typing import Literal
 
 from opsagent.catalog import SignalCatalog
@@ -29,6 +31,7 @@ from opsagent.stats import (
     change_point,
     combine,
     is_detached,
+    normal_samples,
     reference,
     safe_ratio,
     shift_direction,
@@ -94,6 +97,7 @@ def signal_stats(
     spec: SignalDef,
     incident: Incident,
     limit: Limit,
+    peers: PeerNoise | None = None,
 ) -> SeriesStats:
     """Statistics of the series a query matched, pods combined by the signal's aggregation."""
     samples = combine([as_rate(m, spec.type) for m in matched], spec.agg)
@@ -106,6 +110,7 @@ def signal_stats(
         spec=spec,
         series=len(matched),
         limit=limit,
+        peers=peers,
     )
 
 
@@ -129,6 +134,18 @@ def side_of(labels: dict[str, str]) -> Literal["client", "server"] | None:
         if value in SERVER_SIDES:
             return "server"
     return None
+
+
+#: Name words of a component's view of the calls it makes, and of time taken: together, the latency
+#: of its dependencies as it waits for them (a client's connection pool is its own resource).
+_OUTBOUND = re.compile(r"(?:^|_)(?:client|outbound|downstream|egress)(?:_|$)")
+_TIME_TAKEN = re.compile(r"(?:^|_)(?:latency|duration|response_time|rtt)(?:_|$)")
+
+
+def is_outbound(name: str, labels: dict[str, str]) -> bool:
+    """A component's latency for the calls it makes, not for the work it does (a per-pod client-side
+    latency): evidence about its dependencies. A series of one call edge says so by its labels."""
+    return "callee" not in labels and _OUTBOUND.search(name) is not None and _TIME_TAKEN.search(name) is not None
 
 
 def is_node_series(name: str) -> bool:
@@ -156,10 +173,13 @@ class ScanGroup:
     members: list[list[Sample]]
     side: Literal["client", "server"] | None = None
     node: str | None = None
+    outbound: bool = False
 
     @property
-    def scope(self) -> Literal["service", "edge", "node"]:
-        return "node" if self.node is not None else "edge" if self.caller else "service"
+    def scope(self) -> Literal["service", "edge", "node", "outbound"]:
+        if self.node is not None:
+            return "node"
+        return "edge" if self.caller else "outbound" if self.outbound else "service"
 
     def spec(self, catalog: SignalCatalog) -> tuple[str | None, SignalDef]:
         signal = catalog.signal_of(self.metric)
@@ -175,16 +195,21 @@ def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> lis
     """Series grouped by component, metric, caller and side, in a stable order. Node-level series
     are grouped by node as well, so a node's figure is read once per component on it."""
     groups: dict[tuple[str, str, str, str, str], list[list[Sample]]] = defaultdict(list)
+    outbound: set[str] = set()
     for s, component, samples in series:
         node = node_of(s.labels, s.samples) if is_node_series(s.name) else ""
         groups[(component, s.name, s.labels.get("caller", ""), side_of(s.labels) or "", node)].append(samples)
+        if is_outbound(s.name, s.labels):
+            outbound.add(s.name)
     return [
-        ScanGroup(c, m, e, members, side=side or None, node=node or None)  # type: ignore[arg-type]
+        ScanGroup(c, m, e, members, side=side or None, node=node or None, outbound=m in outbound)  # type: ignore[arg-type]
         for (c, m, e, side, node), members in sorted(groups.items())
     ]
 
 
-def scan_stats(group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, limit: Limit) -> SeriesStats:
+def scan_stats(
+    group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, limit: Limit, peers: PeerNoise | None = None
+) -> SeriesStats:
     signal, spec = group.spec(catalog)
     edge, component = group.caller, group.component
     side = f', side="{group.side}"' if group.side else ""
@@ -198,10 +223,72 @@ def scan_stats(group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, 
         spec=spec,
         series=len(group.members),
         limit=limit,
+        peers=peers,
     )
     return stats.model_copy(
         update={"scope": group.scope, "caller": edge or None, "side": group.side, "node": group.node}
     )
+
+
+#: A shift counts only if fewer than this share of the metric's own deviations before onset, pooled
+#: over every component that has it, are as large: a shift its peers make all the time is weather.
+PEER_SURPRISE = 0.05
+#: Fewer pooled deviations than this, and the peers are not asked.
+MIN_PEER_DEVIATIONS = 8
+
+
+@dataclass(frozen=True)
+class PeerNoise:
+    """How far one metric jumps from one sample to the next before onset, pooled over every component
+    that has it. With two to five samples before onset a series cannot show its own noise; its
+    peers (the same metric of the other services, the same exporter, the same resolution) can:
+    partial pooling, so "x3" means something different for a jittery per-pod percentile than for
+    a steady CPU figure."""
+
+    deviations: tuple[float, ...]  # |log(sample / the sample before)| of normal samples, sorted
+    floor: float  # levels below this count as this (no log of zero)
+
+    def surprise(self, level: float, centre: float) -> float | None:
+        """The share of the pooled deviations at least as large as level's from centre (None: too few)."""
+        if len(self.deviations) < MIN_PEER_DEVIATIONS or level < 0 or centre < 0:
+            return None
+        shift = abs(math.log((level + self.floor) / (centre + self.floor)))
+        larger = len(self.deviations) - bisect_right(self.deviations, shift - 1e-12)
+        return larger / len(self.deviations)
+
+
+def peer_noise(
+    groups: Iterable[ScanGroup], *, catalog: SignalCatalog, incident: Incident
+) -> dict[tuple[str, str | None], PeerNoise]:
+    """Per metric (and side of a call edge), the pooled jumps between consecutive normal samples."""
+    window = {
+        "baseline": (unix(incident.baseline.start), unix(incident.baseline.end)),
+        "window_start": unix(incident.window.start),
+        "onset": unix(incident.onset),
+    }
+    normals: dict[tuple[str, str | None], list[list[float]]] = defaultdict(list)
+    floors: dict[tuple[str, str | None], float] = {}
+    for g in groups:
+        _, spec = g.spec(catalog)
+        values = normal_samples(combine(g.members, "max" if g.node else spec.agg), **window)  # type: ignore[arg-type]
+        if len(values) >= 2:
+            normals[(g.metric, g.side)].append(values)
+            floors[(g.metric, g.side)] = min_effect(spec)
+    out = {}
+    for key, sets in normals.items():
+        levels = sorted(median(v) for v in sets)
+        typical = levels[len(levels) // 2]
+        # Where the unit says nothing, a twentieth of the metric's typical level is as small as counts.
+        floor = max(floors[key], PEER_FLOOR_SHARE * abs(typical), 1e-9)
+        jumps = sorted(
+            abs(math.log((max(b, 0.0) + floor) / (max(a, 0.0) + floor))) for v in sets for a, b in pairwise(v)
+        )
+        out[key] = PeerNoise(tuple(jumps), floor)
+    return out
+
+
+#: Where a metric's unit gives no smallest effect, this share of its typical level stands in.
+PEER_FLOOR_SHARE = 0.05
 
 
 def series_stats(
@@ -214,6 +301,7 @@ def series_stats(
     spec: SignalDef,
     series: int,
     limit: list[Sample] | float | None,
+    peers: PeerNoise | None = None,
 ) -> SeriesStats:
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     onset, end = unix(incident.onset), unix(incident.window.end)
@@ -240,6 +328,9 @@ def series_stats(
         direction = "flat"
     if (spec.direction == "down" and direction == "up") or (spec.direction == "up" and direction == "down"):
         direction = "flat" if direction != "unknown" else direction
+    surprise = peers.surprise(level, centre) if peers and level is not None and centre is not None else None
+    if direction in ("up", "down") and surprise is not None and surprise >= PEER_SURPRISE:
+        direction = "flat"  # its peers stray this far before onset all the time
     detached = is_detached((b0, b1), window_start=unix(incident.window.start), onset=onset)
     cp = change_point(this_period(samples, (b0, b1)) if detached else samples, onset - 30 * 60, end)
     return SeriesStats(
@@ -258,6 +349,7 @@ def series_stats(
         change_point=ts(cp) if cp is not None else None,
         **_against_limit(samples, limit, onset, end),
         direction=direction,
+        peer_surprise=surprise,
     )
 
 
@@ -277,6 +369,9 @@ UNIT_MIN_EFFECT: dict[str, float] = {
     "requests/s": 1.0,
     "ops": 1.0,
     "1/s": 0.1,
+    "millicores": 50.0,  # a twentieth of a core
+    "cores": 0.05,
+    "mib": 20.0,
 }
 
 
