@@ -43,6 +43,7 @@ from opsagent.models import (
 )
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.redaction import scrub_model
 from opsagent.strategies import Outcome, reflect, strategy
 from opsagent.tools import Sources, Toolbox
 from opsagent.triage import Triage, descendants
@@ -152,6 +153,7 @@ async def investigate(
     report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.name, lessons=written)
     if isinstance(reasoner, PerInvestigation):
         report = report.model_copy(update={"llm": reasoner.transcript()})
+    report = scrub_model(report)  # the alert's own text too: no report carries a secret
     log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
     return report
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,7 +18,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from adapters.sourceconfig import SourcesConfig
+from adapters.sourceconfig import SourcesConfig, credentials_in_url
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef
 
@@ -81,6 +81,14 @@ class LLMSettings(BaseModel):
             raise ValueError(f"the API key is read only from the environment ({LLM_API_KEY_ENV}), never from here")
         return data
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_key_in_url(cls, url: str) -> str:
+        problem = credentials_in_url(url)
+        if problem is not None:
+            raise ValueError(f"{problem}: the API key is read only from the environment ({LLM_API_KEY_ENV})")
+        return url
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
@@ -133,6 +141,14 @@ class Settings(BaseSettings):
     signals: dict[str, SignalDef] = Field(
         default_factory=dict, description="signal catalog overrides for this environment (PromQL, $service)"
     )
+
+    @field_validator("public_url")
+    @classmethod
+    def _no_credentials_in_public_url(cls, url: str | None) -> str | None:
+        problem = credentials_in_url(url) if url else None
+        if problem is not None:
+            raise ValueError(f"{problem}: it is shown in notifications; link to the service without them")
+        return url
 
     @classmethod
     def settings_customise_sources(

@@ -5,6 +5,10 @@ Schema versions are applied in order from ``MIGRATIONS`` and recorded in ``PRAGM
 WAL mode and a busy timeout let the CLI and the service use the file at once. A corrupt or locked
 file is a :class:`StoreError` naming the file and what to do; the store never rewrites a file it
 cannot read, so nothing is lost.
+
+Nothing is written unredacted: reports, lessons, notification payloads and error texts pass
+through :mod:`opsagent.redaction` on their way in, so no reader of the file (or of an API that
+serves it) sees a secret a report would not show.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from opsagent.errors import UserError
 from opsagent.lessons import LessonCounter, merge
 from opsagent.models import Lesson, Report
+from opsagent.redaction import Redactor, redactors, scrub, scrub_json, scrub_model
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -196,6 +201,7 @@ class FinishedReport(BaseModel):
 
     @classmethod
     def of(cls, report: Report, *, lessons: Sequence[Lesson] = ()) -> FinishedReport:
+        report = scrub_model(report)
         rc = report.root_cause
         return cls(
             status=report.status,
@@ -246,6 +252,12 @@ def _new_episode(seen_started: str | None, n: NotificationIn) -> bool:
     ``resolved`` reaching us."""
     first = _instant(n.first_started)
     return n.status == "firing" and first is not None and seen_started is not None and first > seen_started
+
+
+def _redacted(n: NotificationIn, chain: Sequence[Redactor]) -> NotificationIn:
+    """A notification as stored: its payload's strings and what it is listed by, redacted."""
+    listed = scrub_model(n.model_copy(update={"payload": ""}), chain)
+    return listed.model_copy(update={"payload": scrub_json(n.payload, chain)})
 
 
 def _incident(row: Sequence[object]) -> IncidentRecord:
@@ -324,6 +336,7 @@ class Store:
             return self._upsert_lesson(db, lesson)
 
     def _upsert_lesson(self, db: sqlite3.Connection, lesson: Lesson) -> tuple[Lesson, bool]:
+        lesson = scrub_model(lesson)
         now = datetime.now(UTC).isoformat()
         row = db.execute("SELECT body, count FROM lessons WHERE id = ?", (lesson.id,)).fetchone()
         if row is None:
@@ -352,6 +365,7 @@ class Store:
         return merged, True
 
     def replace_lesson(self, lesson: Lesson) -> None:
+        lesson = scrub_model(lesson)
         with self._transaction() as db:
             found = db.execute(
                 "UPDATE lessons SET body = ?, refuted_kind = ?, updated_at = ? WHERE id = ?",
@@ -465,8 +479,10 @@ class Store:
         together), deduplicated by alert group: a group with an open incident updates it, a
         ``resolved`` one resolves it; a firing group without one opens an incident and queues a job."""
         out: list[Accepted] = []
+        chain = redactors()  # once a batch: the secrets to mask are this process's, read from its environment
+        cleaned = [_redacted(n, chain) for n in notifications]
         with self._transaction() as db:
-            for n in notifications:
+            for n in cleaned:
                 when = n.received_at.isoformat()
                 row = db.execute(
                     "SELECT id, alerts_started FROM incidents WHERE group_key = ? AND resolved_at IS NULL",
@@ -576,6 +592,7 @@ class Store:
     def release_job(self, job_id: int, *, owner: str, error: str, attempt: bool = True) -> None:
         """Give a running job back to the queue: after a failure worth retrying (the attempt counts),
         or because the service is stopping (``attempt=False``: it does not)."""
+        error = scrub(error)
         with self._transaction() as db:
             row = db.execute(
                 "SELECT incident_id FROM jobs WHERE id = ? AND owner = ? AND status = 'running'", (job_id, owner)
@@ -602,6 +619,8 @@ class Store:
         """Record how a job ended, in one transaction: its outcome on the incident, its report, the
         lessons it used and taught; or the error that failed it. A job this owner no longer holds
         (its lease ran out and another took it) is left alone: None."""
+        error = scrub(error) if error is not None else None
+        outcome = scrub_model(outcome) if outcome is not None else None
         with self._transaction() as db:
             row = db.execute(
                 "SELECT incident_id FROM jobs WHERE id = ? AND owner = ? AND status = 'running'", (job_id, owner)

@@ -4,6 +4,10 @@ Every tool is read-only by construction (the protocols only ask questions). The 
 arguments (a malformed call becomes a format-error observation with a hint, not an exception),
 caches identical calls, enforces the per-call timeout, and turns any source failure into an
 observation that names the source, so an investigation with a dead source still finishes.
+
+It is also the door everything a source returns comes through: each observation is redacted
+(:func:`opsagent.redaction.scrub_model`) before a reasoner, the judge, a report, the store or a
+model can see it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from opsagent.models import (
     SourceKind,
 )
 from opsagent.observations import describe, estimate_tokens
+from opsagent.redaction import scrub_model
 
 log = structlog.get_logger("opsagent.tools")
 
@@ -173,6 +178,7 @@ class Toolbox:
         return self._record(action, kind, ErrorData(error=f"{exc.source} could not be read: {exc}"))
 
     def _record(self, action: Action, kind: SourceKind | None, data: ObservationData) -> Observation:
+        data = scrub_model(data)
         text = describe(data)
         obs = Observation(
             id=observation_id(action),

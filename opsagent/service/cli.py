@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,9 +16,29 @@ from rich.markup import escape
 
 from opsagent.errors import UserError
 from opsagent.logconfig import configure
+from opsagent.redaction import redact_query
 from opsagent.settings import Settings, load_settings
 
 err = Console(stderr=True)
+
+
+class AccessLogRedaction(logging.Filter):
+    """uvicorn's access log, with credentials in the request target masked (a client that puts a
+    token in the query string, ``?access_token=…``, must not write it into the log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_query(args[2]), args[3], args[4])
+        return True
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's own logging set-up, with :class:`AccessLogRedaction` on the access log."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config.setdefault("filters", {})["redacted"] = {"()": AccessLogRedaction}
+    config["handlers"]["access"]["filters"] = ["redacted"]
+    return config
 
 
 def serve(
@@ -80,6 +102,7 @@ def serve(
         host=settings.host,
         port=settings.port,
         access_log=access_log,
+        log_config=log_config(),
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
     )

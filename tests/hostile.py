@@ -1,0 +1,86 @@
+"""Upstreams a fair but hostile tester points opsagent at, each a real server on a loopback port:
+one that echoes the request's headers in its error bodies (proxies and gateways do), and one that
+accepts connections and never answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _Echo(BaseHTTPRequestHandler):
+    status = 502
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        echoed = "; ".join(f"{k}: {v}" for k, v in self.headers.items())
+        credential = (self.headers.get("authorization") or "").split(" ", 1)[-1]
+        body = json.dumps(
+            {
+                "status": "error",
+                "errorType": "bad_gateway",
+                # the credential twice: inside its header, and bare (a gateway quoting what it refused)
+                "error": f"upstream refused {self.command} {self.path} with headers {echoed}; rejected {credential}",
+            }
+        ).encode()
+        self.send_response(self.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_HEAD = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def echoing_upstream(status: int = 502) -> Iterator[str]:
+    """An HTTP server answering every request with ``status`` and a body that repeats the request's
+    headers, ``Authorization`` included; yields its base URL."""
+    handler = type("Echo", (_Echo,), {"status": status})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name="echoing-upstream")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def silent_listener() -> Iterator[str]:
+    """A TCP listener that accepts every connection and never sends a byte; yields its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True, name="silent-listener")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        for conn in held:
+            conn.close()
+        listener.close()
