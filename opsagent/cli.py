@@ -13,7 +13,8 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -182,8 +183,7 @@ def investigate_cmd(
     """Investigate one incident and print the root cause, its evidence and what was ruled out."""
     budget = _budget(k, beam, max_steps, token_budget, wall_s, timeout_s)
     settings = _settings()
-    store = _open_store_or_warn(settings) if use_lessons else None
-    lessons = store.lessons() if store is not None else []
+    store, lessons = _lessons_or_warn(settings) if use_lessons else (None, [])
 
     async def go() -> Report:
         strategy(strategy_name)  # fail fast on a bad name
@@ -264,13 +264,21 @@ def _settings() -> Settings:
         raise typer.Exit(2) from None
 
 
-def _open_store_or_warn(settings: Settings) -> Store | None:
-    """The investigation matters more than its lessons: a broken store is said, not fatal."""
+def _lessons_or_warn(settings: Settings) -> tuple[Store | None, list[Lesson]]:
+    """The investigation matters more than its lessons: a store that cannot be opened or read (a
+    damaged header, or damaged pages behind an intact one) is said once, and the run goes on
+    without lessons, recording none."""
     try:
-        return Store(settings.database)
+        store = Store(settings.database)
     except StoreError as exc:
         err.print(f"[yellow]warning:[/] lessons off for this run: {escape(str(exc))}", soft_wrap=True)
-        return None
+        return None, []
+    try:
+        return store, store.lessons()
+    except StoreError as exc:
+        store.close()
+        err.print(f"[yellow]warning:[/] lessons off for this run: {escape(str(exc))}", soft_wrap=True)
+        return None, []
 
 
 def _remember(store: Store, report: Report) -> None:
@@ -292,10 +300,14 @@ def _remember(store: Store, report: Report) -> None:
         err.print(f"[yellow]warning:[/] not recorded: {escape(str(exc))}", soft_wrap=True)
 
 
-def _store(settings: Settings | None = None) -> Store:
+@contextmanager
+def _store(settings: Settings | None = None) -> Iterator[Store]:
+    """The store, for a command about what it holds (lessons, feedback): one that cannot be opened
+    or read, then or in the middle of the command, is a clear error and exit 2, never a traceback."""
     settings = settings or _settings()
     try:
-        return Store(settings.database)
+        with Store(settings.database) as store:
+            yield store
     except StoreError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -359,7 +371,7 @@ def replay_cmd(
     if lessons_mode not in ("on", "off"):
         err.print(f"[bold red]error:[/] --lessons takes on or off, not {lessons_mode!r}")
         raise typer.Exit(2)
-    store = _store() if learn or lessons_mode == "on" else None
+    store, _ = _lessons_or_warn(_settings()) if learn or lessons_mode == "on" else (None, [])
 
     async def go() -> Scoreboard:
         strategy(strategy_name)
@@ -375,7 +387,10 @@ def replay_cmd(
 
     board = _run(go)
     if learn and store is not None:
-        err.print(f"{len(store.lessons())} lesson(s) in {store.path}", soft_wrap=True)
+        try:
+            err.print(f"{len(store.lessons())} lesson(s) in {store.path}", soft_wrap=True)
+        except StoreError as exc:
+            err.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
     if as_json:
         payload: dict[str, Any] = {
             "strategy": board.strategy,

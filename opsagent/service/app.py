@@ -5,7 +5,7 @@
     GET  /incidents/{id}          the incident and its report, JSON
     GET  /incidents/{id}.html     the report page, with charts of the cited series
     GET  /                        recent incidents
-    GET  /healthz, /readyz        alive; ready (the store answers, the dispatcher runs)
+    GET  /healthz, /readyz        alive; ready (the store can be written, the dispatcher runs)
     GET  /metrics                 the service's own Prometheus metrics
 
 :func:`create_app` wires the parts; each lives in its own module of this package.
@@ -408,13 +408,27 @@ def create_app(
         """The process answers."""
         return {"status": "ok"}
 
+    unready: list[str] = []  # the reason last reported, so a failing probe is logged once, not every time
+
     @app.get("/readyz", tags=["health"], responses={503: {"model": ProblemResponse}}, openapi_extra={"security": []})
     async def readyz() -> JSONResponse:
-        """Ready to accept: the store answers and the dispatcher runs."""
+        """Ready to accept: a notification could be written now (the accept path is tried and
+        rolled back) and the dispatcher runs."""
         p = parts
         if p is None or not p.dispatcher.alive:
             return JSONResponse(ProblemResponse(detail="not ready").model_dump(), status_code=503)
-        counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
+        try:
+            await p.writer.call(lambda store: store.check_writable())
+            counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
+        except StoreError as exc:
+            reason = f"the store cannot be written: {exc}"
+            if unready != [reason]:
+                log.error("service.not_ready", error=reason)
+                unready[:] = [reason]
+            return JSONResponse(ProblemResponse(detail=reason).model_dump(), status_code=503)
+        if unready:
+            log.info("service.ready")
+            unready.clear()
         return JSONResponse({"status": "ready", "queued": counts["queued"], "running": counts["running"]})
 
     @app.get("/metrics", tags=["health"], response_class=Response)

@@ -18,6 +18,7 @@ from opsagent.errors import UserError
 from opsagent.logconfig import configure
 from opsagent.redaction import redact_query
 from opsagent.settings import Settings, load_settings
+from opsagent.store import Store
 
 err = Console(stderr=True)
 
@@ -88,6 +89,8 @@ def serve(
             raise UserError(problems) from None
         if settings.fixtures_dir is not None and not settings.fixtures_dir.is_dir():
             raise UserError(f"fixtures directory {settings.fixtures_dir} does not exist")
+        with Store(settings.database) as store:  # a store that cannot be opened or written: said here, once
+            store.check_writable()
         app = create_app(settings, log_level=log_level)
     except UserError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
