@@ -70,12 +70,20 @@ def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Sum
     )
 
 
-async def refine_onset(alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident) -> datetime:
+async def refine_onset(
+    alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident, *, meter: Meter | None = None
+) -> datetime:
     """The onset is when the alerting signal shifted, which an alert's ``for:`` delays past."""
     signal = SYMPTOM_SIGNAL.get(incident.symptom)
     if signal is None or sources.metrics is None or signal not in catalog:
         return alert.starts_at
-    toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident)
+    toolbox = Toolbox(  # held to the investigation's budget, like every other call
+        sources=sources,
+        catalog=catalog,
+        incident=incident,
+        timeout_s=meter.budget.timeout_s if meter else Budget().timeout_s,
+        remaining=meter.remaining_s if meter else None,
+    )
     obs = await toolbox.call(Action(tool="metrics.signal", args={"signal": signal, "service": incident.service}))
     if isinstance(obs.data, MetricsData) and obs.data.stats:
         s = obs.data.stats[0]
@@ -126,7 +134,7 @@ async def investigate(
         baseline=recording.baseline if recording else None,
         id=incident_id,
     )
-    onset = await refine_onset(alert, sources, catalog, provisional)
+    onset = await refine_onset(alert, sources, catalog, provisional, meter=meter)
     incident = open_incident(
         alert,
         onset=onset,
@@ -134,7 +142,9 @@ async def investigate(
         baseline=recording.baseline if recording else None,
         id=provisional.id,
     )
-    toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s)
+    toolbox = Toolbox(
+        sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s, remaining=meter.remaining_s
+    )
     log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
     if isinstance(reasoner, PerInvestigation):
         reasoner = reasoner.bind(meter, toolbox.observations)

@@ -27,9 +27,9 @@ from opsagent.logconfig import configure
 from opsagent.service.app import create_app
 from opsagent.settings import load_settings
 from tests.conftest import ORDER_INCIDENT, ROOT
-from tests.hostile import echoing_upstream
 from tests.llm_support import incident_copy
 from tests.service_support import AUTH, TOKEN, free_port, notification, order_alert, settings, wait_for
+from tests.upstreams import echoing_upstream
 
 runner = CliRunner()
 

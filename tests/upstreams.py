@@ -1,6 +1,6 @@
 """Upstreams a fair but hostile tester points opsagent at, each a real server on a loopback port:
-one that echoes the request's headers in its error bodies (proxies and gateways do), and one that
-accepts connections and never answers."""
+one that echoes the request's headers in its error bodies (proxies and gateways do), one that
+accepts connections and never answers, and a Prometheus that answers every read with no data."""
 
 from __future__ import annotations
 
@@ -84,3 +84,41 @@ def silent_listener() -> Iterator[str]:
         for conn in held:
             conn.close()
         listener.close()
+
+
+class _EmptyPrometheus(BaseHTTPRequestHandler):
+    """Prometheus' HTTP API (https://prometheus.io/docs/prometheus/latest/querying/api/) holding no series."""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path.endswith("/query_range") or path.endswith("/query"):
+            kind = "matrix" if path.endswith("_range") else "vector"
+            data: object = {"resultType": kind, "result": []}
+        elif path.endswith("/status/buildinfo"):
+            data = {"version": "2.45.0"}
+        else:  # series, labels
+            data = []
+        body = json.dumps({"status": "success", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def empty_prometheus() -> Iterator[str]:
+    """A Prometheus that answers every read, with no data; yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _EmptyPrometheus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name="empty-prometheus")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
