@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -20,7 +21,7 @@ from pydantic_settings import (
 
 from adapters.sourceconfig import SourcesConfig, credentials_in_url
 from opsagent.errors import ConfigError
-from opsagent.fixtures import SignalDef
+from opsagent.fixtures import SignalDef, not_utf8
 
 
 def _default_data_dir() -> Path:
@@ -106,6 +107,9 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535, description="port the service listens on")
     workers: int = Field(default=2, ge=1, le=64, description="investigations run at once (worker processes)")
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="largest webhook body accepted (413 above)")
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, allow_inf_nan=False, description="a webhook body must arrive within this (408 after)"
+    )
     fixtures_dir: Path | None = Field(
         default=None, description="recorded incidents the service investigates alerts against (replay sources)"
     )
@@ -190,6 +194,12 @@ def load_settings() -> Settings:
         raise ConfigError(f"config file {path} (from OPSAGENT_CONFIG) does not exist")
     try:
         return Settings()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: {not_utf8(exc)}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid configuration ({path or 'environment'}): {problems}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:  # YAML, but not a mapping of settings
+        raise ConfigError(f"config file {path}: expected a mapping of settings, as in the README ({exc})") from exc

@@ -1,6 +1,6 @@
 """The webhook service: Alertmanager in, incidents and their reports out.
 
-    POST /webhook/alertmanager    a notification; 202 once it is on disk (401, 413, 422, 503)
+    POST /webhook/alertmanager    a notification; 202 once it is on disk (401, 408, 413, 415, 422, 503)
     GET  /incidents               incidents, most recent first (?status=firing|resolved, ?service=…)
     GET  /incidents/{id}          the incident and its report, JSON
     GET  /incidents/{id}.html     the report page, with charts of the cited series
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -28,6 +29,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 from opsagent.models import Report
 from opsagent.service.auth import Credentials
@@ -96,11 +98,21 @@ class IncidentDetail(BaseModel):
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
+def _json_media(content_type: str | None) -> bool:
+    """Whether a Content-Type says JSON (``application/json``, ``…+json``, any parameters); an
+    absent one is taken as JSON, as a client that sends a body without saying what it is means it."""
+    if content_type is None:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 class Guard:
     """Checks credentials before anything else runs. The webhook takes the webhook's credentials,
-    then its body's size is checked before anything reads it: a caller without the token costs no
-    parsing, and a body over the limit is refused as it streams in. Every other path but the health
-    probes takes the readers' credentials or the webhook's."""
+    then its body's size and type are checked before anything reads it: a caller without the token
+    costs no parsing, a body over the limit is refused as it streams in, one that is not JSON is a
+    415, and one that does not arrive within ``body_timeout_s`` a 408. Every other path but the
+    health probes takes the readers' credentials or the webhook's."""
 
     def __init__(
         self,
@@ -110,12 +122,14 @@ class Guard:
         readers: Credentials,
         max_body: int,
         metrics: ServiceMetrics,
+        body_timeout_s: float = 30.0,
     ) -> None:
         self.app = app
         self.credentials = credentials
         self.readers = readers
         self.max_body = max_body
         self.metrics = metrics
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
@@ -140,11 +154,20 @@ class Guard:
             self.metrics.rejected.labels(reason="too_large").inc()
             await _reply(send, 413, f"body over the limit of {self.max_body} bytes")
             return
+        if not _json_media(headers.get("content-type")):
+            self.metrics.rejected.labels(reason="media_type").inc()
+            await _reply(send, 415, "the body must be JSON (Content-Type: application/json), as Alertmanager sends")
+            return
         seen = 0
 
         async def counted() -> Message:
             nonlocal seen
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=self.body_timeout_s)
+            except TimeoutError:
+                self.metrics.rejected.labels(reason="body_timeout").inc()
+                log.info("webhook.body_timeout", timeout_s=self.body_timeout_s, received_bytes=seen)
+                raise HTTPException(408, f"the body did not arrive within {self.body_timeout_s:g} s") from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body:
@@ -272,7 +295,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(
-        Guard, credentials=credentials, readers=readers, max_body=settings.max_body_bytes, metrics=metrics
+        Guard,
+        credentials=credentials,
+        readers=readers,
+        max_body=settings.max_body_bytes,
+        metrics=metrics,
+        body_timeout_s=settings.body_timeout_s,
     )
 
     @app.exception_handler(RequestValidationError)
@@ -291,7 +319,9 @@ def create_app(
 
     refusals: dict[int | str, dict[str, Any]] = {
         401: {"model": ProblemResponse, "description": "missing or wrong credentials"},
+        408: {"model": ProblemResponse, "description": "the body did not arrive in time"},
         413: {"model": ProblemResponse, "description": "body over the size limit"},
+        415: {"model": ProblemResponse, "description": "the body is not JSON"},
         422: {"model": ProblemResponse, "description": "not a version 4 Alertmanager payload; names the field"},
         503: {"model": ProblemResponse, "description": "could not be stored; Alertmanager retries"},
     }
@@ -316,7 +346,12 @@ def create_app(
         resolves it)."""
         p = current()
         started = time.perf_counter()
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:  # the sender gave up mid-body (Alertmanager retries): nothing to answer
+            metrics.rejected.labels(reason="disconnected").inc()
+            log.info("webhook.client_disconnected", client=request.client.host if request.client else None)
+            return Response(status_code=400)
         try:  # parsed and validated in one pass; the body is kept as received
             payload = WebhookPayload.model_validate_json(body)
         except ValidationError as exc:
