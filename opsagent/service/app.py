@@ -163,7 +163,8 @@ class Guard:
         async def counted() -> Message:
             nonlocal seen
             try:
-                message = await asyncio.wait_for(receive(), timeout=self.body_timeout_s)
+                async with asyncio.timeout(self.body_timeout_s):  # no task per read, unlike wait_for
+                    message = await receive()
             except TimeoutError:
                 self.metrics.rejected.labels(reason="body_timeout").inc()
                 log.info("webhook.body_timeout", timeout_s=self.body_timeout_s, received_bytes=seen)
