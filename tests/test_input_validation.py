@@ -228,3 +228,12 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_markup_in_an_alert_is_shown_as_text_on_the_pages(client: TestClient) -> None:
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    alert = {**order_alert(service=hostile), "annotations": {"summary": hostile}}
+    incident_id = client.post("/webhook/alertmanager", json=notification([alert])).json()["incident_id"]
+    for page in (client.get(f"/incidents/{incident_id}.html").text, client.get("/").text):
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
