@@ -42,18 +42,24 @@ class _Echo(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def echoing_upstream(status: int = 502) -> Iterator[str]:
-    """An HTTP server answering every request with ``status`` and a body that repeats the request's
-    headers, ``Authorization`` included; yields its base URL."""
-    handler = type("Echo", (_Echo,), {"status": status})
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An HTTP server with ``handler`` on a free loopback port, in a thread; yields its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="echoing-upstream")
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name=handler.__name__)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def echoing_upstream(status: int = 502) -> Iterator[str]:
+    """An HTTP server answering every request with ``status`` and a body that repeats the request's
+    headers, ``Authorization`` included; yields its base URL."""
+    with _serving(type("Echo", (_Echo,), {"status": status})) as url:
+        yield url
 
 
 @contextmanager
@@ -114,11 +120,5 @@ class _EmptyPrometheus(BaseHTTPRequestHandler):
 @contextmanager
 def empty_prometheus() -> Iterator[str]:
     """A Prometheus that answers every read, with no data; yields its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EmptyPrometheus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="empty-prometheus")
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(_EmptyPrometheus) as url:
+        yield url
