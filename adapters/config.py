@@ -48,7 +48,7 @@ from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
 from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import Change, Edge, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
-from opsagent.tools import Sources
+from opsagent.sources import Sources
 
 if TYPE_CHECKING:
     from opsagent.settings import Settings

@@ -26,9 +26,9 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.calls import bounded
 from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import DEFAULT_SCAN_MATCH
+from opsagent.calls import bounded
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.selector import SelectorError, parse
@@ -64,7 +64,7 @@ class PrometheusClient(PrometheusConnect):
 
 
 class _BoundedSession(requests.Session):
-    """A session whose every request ends when the tool call it serves must (:mod:`adapters.calls`):
+    """A session whose every request ends when the tool call it serves must (:mod:`opsagent.calls`):
     the blocking client runs in a worker thread that the toolbox cannot cancel, so without this a
     server that never answers would hold the thread, and the process's exit, for the full timeout."""
 
@@ -263,6 +263,8 @@ def _timed_out(exc: requests.ConnectionError) -> urllib3.exceptions.TimeoutError
     ``MaxRetryError`` wraps it, and requests maps that to ``ConnectionError``)."""
     wrapped = exc.args[0] if exc.args else None
     reason = getattr(wrapped, "reason", None)
+    if isinstance(reason, urllib3.exceptions.NewConnectionError):  # a refusal, though urllib3 files it under timeouts
+        return None
     return reason if isinstance(reason, urllib3.exceptions.TimeoutError) else None
 
 

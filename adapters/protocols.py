@@ -1,8 +1,8 @@
-"""The narrow protocols every data source implements, one per kind of telemetry.
+"""Readers: the protocols of the backends live telemetry is read from.
 
-Each method answers one read-only question about an incident and returns the observation data the
-engine reasons over. Adapters raise only :mod:`opsagent.errors` source errors: foreign exceptions
-are translated at the adapter's boundary.
+A live source (:mod:`adapters.live`) implements one of the engine's source protocols
+(:mod:`opsagent.sources`) over a reader. Readers raise only :mod:`opsagent.errors` source errors:
+foreign exceptions are translated at the adapter's boundary.
 """
 
 from __future__ import annotations
@@ -12,48 +12,8 @@ from datetime import datetime
 from typing import Protocol
 
 from adapters.readers import LogBatch, LogQuery
-from opsagent.fixtures import Change, Edge, MetricSeries, SignalDef, Span
-from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TracesData
+from opsagent.fixtures import Change, Edge, MetricSeries, Span
 
-
-class MetricsSource(Protocol):
-    name: str
-
-    async def stats(
-        self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident
-    ) -> SeriesStats | None:
-        """Baseline-vs-window statistics of a query, or None when it matches no series."""
-
-    async def scan(self, *, incident: Incident) -> list[SeriesStats]:
-        """Statistics of every series there is, grouped by component and metric (for triage)."""
-
-
-class LogsSource(Protocol):
-    name: str
-
-    async def summary(self, *, incident: Incident, service: str | None, text: str | None) -> LogsData:
-        """A summary (never raw truncated text) of the logs of a service, or of all services."""
-
-
-class ChangesSource(Protocol):
-    name: str
-
-    async def changes(self, *, incident: Incident, service: str | None, before_min: float) -> ChangesData:
-        """Changes from ``before_min`` minutes before onset to the end of the window."""
-
-
-class TracesSource(Protocol):
-    name: str
-
-    async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
-        """Per-service self-time shift, slowest operations, error spans, blocked parents."""
-
-    async def topology(self, *, incident: Incident) -> list[Edge]:
-        """Call edges seen in the traces (caller service -> callee service)."""
-
-
-# ---------------------------------------------------------------- readers: where live telemetry comes in
-#
 # A live source is the replay computation over raw records a *reader* fetches from a real system
 # (adapters.live). Each backend (Prometheus, Elasticsearch, git, a change feed, Jaeger, Tempo) is a
 # reader; wrappers (rate limit, recording) wrap readers, and several readers of one kind read as one.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, get_args
@@ -29,6 +29,7 @@ from opsagent.models import (
     FaultKind,
     Incident,
     LogsData,
+    LogTemplate,
     MetricsData,
     Observation,
     SeriesStats,
@@ -439,19 +440,18 @@ def _logs(obs: Observation) -> LogsData | None:
     return obs.data if isinstance(obs.data, LogsData) else None
 
 
-def _family_counts(exp: Expectation, data: LogsData, ctx: Context) -> tuple[int, float]:
-    inc = ctx.incident
-    window_min = max((inc.window.end - inc.onset).total_seconds() / 60, 1.0)
-    scale = window_min / max(inc.baseline.minutes, 1.0)
-    fam = exp.family or ""
-    return data.families.get(fam, 0), data.baseline_families.get(fam, 0) * scale
+def family_counts(family: str, data: LogsData, incident: Incident) -> tuple[int, float]:
+    """Lines of a family after onset, and how many the baseline's rate would have written then."""
+    window_min = max((incident.window.end - incident.onset).total_seconds() / 60, 1.0)
+    scale = window_min / max(incident.baseline.minutes, 1.0)
+    return data.families.get(family, 0), data.baseline_families.get(family, 0) * scale
 
 
 def _family_burst(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None:
         return _UNKNOWN
-    n, expected = _family_counts(exp, data, ctx)
+    n, expected = family_counts(exp.family or "", data, ctx.incident)
     text = f"{n} '{exp.family}' lines after onset (baseline rate ~{expected:.0f})"
     return Outcome(n >= exp.min_count and n >= 3 * max(expected, 1.0), text)
 
@@ -460,28 +460,34 @@ def _family_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None or data.total == 0:
         return _UNKNOWN
-    n, expected = _family_counts(exp, data, ctx)
+    n, expected = family_counts(exp.family or "", data, ctx.incident)
     return Outcome(n < max(exp.min_count, 2 * expected), f"{n} '{exp.family}' lines after onset")
 
 
-def _new_error_templates(exp: Expectation, data: LogsData) -> list[str]:
+def new_error_templates(data: LogsData, family: str | None = None, exclude: Sequence[str] = ()) -> list[LogTemplate]:
+    """Error templates that are new against the baseline or bursting above its rate (of a family,
+    and of none of the excluded families, when given)."""
     out = []
     for t in data.templates:
         if (t.new or t.bursting) and set(t.levels) & {"error", "fatal"}:
-            pattern = FAMILIES.get(exp.family) if exp.family else None
+            pattern = FAMILIES.get(family) if family else None
             if pattern is not None and not pattern.search(t.sample):
                 continue
-            if any(FAMILIES[f].search(t.sample) for f in exp.exclude):
+            if any(FAMILIES[f].search(t.sample) for f in exclude):
                 continue
-            out.append(f"[{t.id}] x{t.window_count} {t.template}")
+            out.append(t)
     return out
+
+
+def _listed(templates: list[LogTemplate]) -> list[str]:
+    return [f"[{t.id}] x{t.window_count} {t.template}" for t in templates]
 
 
 def _new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None:
         return _UNKNOWN
-    found = _new_error_templates(exp, data)
+    found = _listed(new_error_templates(data, exp.family, exp.exclude))
     none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
     return Outcome(bool(found), "new or bursting error templates: " + "; ".join(found[:2]) if found else none)
 
@@ -490,7 +496,7 @@ def _no_new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None or data.total == 0:
         return _UNKNOWN
-    found = _new_error_templates(exp, data)
+    found = _listed(new_error_templates(data, exp.family, exp.exclude))
     none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
     return Outcome(not found, none if not found else "; ".join(found[:2]))
 

@@ -6,7 +6,7 @@ caches identical calls, enforces the per-call timeout and the investigation's wa
 (a call gets no more time than the budget has left, and none once it is spent), and turns any
 source failure into an observation that names the source, so an investigation with a dead source
 still finishes. Every instance that failed is named among the sources that could not be read,
-whether or not another instance of its kind answered (:mod:`adapters.calls`).
+whether or not another instance of its kind answered (:mod:`opsagent.calls`).
 
 It is also the door everything a source returns comes through: each observation is redacted
 (:func:`opsagent.redaction.scrub_model`) before a reasoner, the judge, a report, the store or a
@@ -25,8 +25,7 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters.calls import tool_call
-from adapters.protocols import ChangesSource, LogsSource, MetricsSource, TracesSource
+from opsagent.calls import tool_call
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected, SourceError, SourceTimeout
 from opsagent.fixtures import SignalDef
@@ -41,23 +40,13 @@ from opsagent.models import (
 )
 from opsagent.observations import describe, estimate_tokens
 from opsagent.redaction import scrub_model
+from opsagent.sources import ChangesSource, LogsSource, MetricsSource, Sources, TracesSource
 
 log = structlog.get_logger("opsagent.tools")
 T = TypeVar("T")
 
 #: What a call is told when the investigation's wall-clock budget is spent before it is made.
 BUDGET_SPENT = "not called: the investigation's wall-clock budget is spent"
-
-
-@dataclass
-class Sources:
-    metrics: MetricsSource | None = None
-    logs: LogsSource | None = None
-    changes: ChangesSource | None = None
-    traces: TracesSource | None = None
-
-    def kinds(self) -> set[SourceKind]:
-        return {SourceKind(k) for k in ("metrics", "logs", "changes", "traces") if getattr(self, k)}
 
 
 class _Args(BaseModel):

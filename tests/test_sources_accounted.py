@@ -15,8 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from adapters.calls import tool_call
 from adapters.live import MetricsFanOut
+from opsagent.calls import tool_call
 from opsagent.catalog import default_catalog
 from opsagent.cli import app
 from opsagent.errors import SourceUnavailable

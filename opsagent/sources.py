@@ -1,0 +1,63 @@
+"""The engine's side of every data source: one narrow protocol per kind of telemetry, and the set
+of sources an investigation reads.
+
+Each method answers one read-only question about an incident and returns the observation data the
+engine reasons over. Implementations (the replay sources, the live adapters in :mod:`adapters`)
+raise only :mod:`opsagent.errors` source errors: foreign exceptions are translated at the adapter's
+boundary. The engine reaches a data source through these protocols alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from opsagent.fixtures import Edge, SignalDef
+from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, SourceKind, TracesData
+
+
+class MetricsSource(Protocol):
+    name: str
+
+    async def stats(
+        self, *, query: str, signal: str, component: str, spec: SignalDef, incident: Incident
+    ) -> SeriesStats | None:
+        """Baseline-vs-window statistics of a query, or None when it matches no series."""
+
+    async def scan(self, *, incident: Incident) -> list[SeriesStats]:
+        """Statistics of every series there is, grouped by component and metric (for triage)."""
+
+
+class LogsSource(Protocol):
+    name: str
+
+    async def summary(self, *, incident: Incident, service: str | None, text: str | None) -> LogsData:
+        """A summary (never raw truncated text) of the logs of a service, or of all services."""
+
+
+class ChangesSource(Protocol):
+    name: str
+
+    async def changes(self, *, incident: Incident, service: str | None, before_min: float) -> ChangesData:
+        """Changes from ``before_min`` minutes before onset to the end of the window."""
+
+
+class TracesSource(Protocol):
+    name: str
+
+    async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
+        """Per-service self-time shift, slowest operations, error spans, blocked parents."""
+
+    async def topology(self, *, incident: Incident) -> list[Edge]:
+        """Call edges seen in the traces (caller service -> callee service)."""
+
+
+@dataclass
+class Sources:
+    metrics: MetricsSource | None = None
+    logs: LogsSource | None = None
+    changes: ChangesSource | None = None
+    traces: TracesSource | None = None
+
+    def kinds(self) -> set[SourceKind]:
+        return {SourceKind(k) for k in ("metrics", "logs", "changes", "traces") if getattr(self, k)}
