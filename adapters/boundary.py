@@ -24,6 +24,7 @@ from opsagent.errors import (
     SourceTimeout,
     SourceUnavailable,
 )
+from opsagent.redaction import scrub
 
 ErrorTable = Sequence[tuple[type[BaseException], type[SourceError]]]
 Window = tuple[datetime, datetime] | None
@@ -52,6 +53,8 @@ HTTPX_ERRORS: ErrorTable = (
 )
 
 _MAX_MESSAGE = 300
+#: An error page can be large: only its start is read (and redacted) for the message.
+_MAX_SCANNED = 16_384
 
 
 def status_error(status: int) -> type[SourceError]:
@@ -66,7 +69,12 @@ def status_error(status: int) -> type[SourceError]:
 
 
 def error_text(body: object) -> str:
-    """The human part of an error body: Prometheus, Elasticsearch, Jaeger and plain-text shapes."""
+    """The human part of an error body (Prometheus, Elasticsearch, Jaeger and plain-text shapes),
+    redacted before it is shortened: a cut could leave too little of a secret for its shape to show."""
+    return scrub(_error_text(body)[:_MAX_SCANNED])[:_MAX_MESSAGE]
+
+
+def _error_text(body: object) -> str:
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     if isinstance(body, str):
@@ -74,21 +82,23 @@ def error_text(body: object) -> str:
         try:
             body = json.loads(text)
         except ValueError:
-            return text.strip()[:_MAX_MESSAGE]
+            return text.strip()
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict):  # Elasticsearch: {"error": {"root_cause": [...], "type", "reason"}}
             causes = err.get("root_cause") or []
             cause = causes[0] if causes and isinstance(causes[0], dict) else err
             text = f"{cause.get('type', 'error')}: {cause.get('reason', '')}"
-            return text[:_MAX_MESSAGE]
+            return text
         if isinstance(err, str):  # Prometheus: {"status": "error", "errorType": ..., "error": ...}
             kind = body.get("errorType")
-            return (f"{kind}: {err}" if kind else err)[:_MAX_MESSAGE]
+            return f"{kind}: {err}" if kind else err
         errors = body.get("errors")
         if isinstance(errors, list) and errors and isinstance(errors[0], dict):  # Jaeger
-            return str(errors[0].get("msg", errors[0]))[:_MAX_MESSAGE]
-    return str(body)[:_MAX_MESSAGE]
+            return str(errors[0].get("msg", errors[0]))
+    if isinstance(body, dict | list):
+        return json.dumps(body, ensure_ascii=False)  # quoted as JSON, a "password": "…" pair reads as one
+    return str(body)
 
 
 def translate(

@@ -65,6 +65,9 @@ def git_cli(repo: Path, *, timeout_s: float = 10.0) -> Git:
             process.kill()
             await process.wait()
             raise subprocess.TimeoutExpired(["git", *args], timeout_s) from exc
+        except asyncio.CancelledError:  # the tool call's time ran out: no git is left running behind it
+            process.kill()
+            raise
         if process.returncode != 0:
             raise subprocess.CalledProcessError(process.returncode or 1, ["git", *args], out, err)
         return out.decode("utf-8")

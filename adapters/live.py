@@ -34,6 +34,7 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import neighbours, span_times, trace_summary
+from opsagent.calls import report_partial
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import SourceError
 from opsagent.fixtures import Change, Edge, LogRecord, MetricSeries, SignalDef, Span, unix
@@ -246,7 +247,8 @@ def unique_spans(spans: Sequence[Span]) -> list[Span]:
 
 
 async def fan_out(name: str, readers: Sequence[R], call: Callable[[R], Awaitable[A]]) -> list[A]:
-    """Every reader's answer; a failed instance is logged and skipped unless all of them failed."""
+    """Every reader's answer. Each instance that failed is accounted for: in the tool call's ledger
+    when another answered, or, when none did, in the error raised, which names every one of them."""
     results: list[A | BaseException] = await asyncio.gather(*(call(r) for r in readers), return_exceptions=True)
     answers: list[A] = []
     failures: list[SourceError] = []
@@ -258,9 +260,12 @@ async def fan_out(name: str, readers: Sequence[R], call: Callable[[R], Awaitable
         else:
             answers.append(result)
     if failures and not answers:
-        raise failures[0]
+        first = failures[0]
+        kind = type(first) if all(type(f) is type(first) for f in failures) else SourceError
+        text = "; ".join(f"{f.source}: {f}" for f in failures)
+        raise kind(f"no instance answered ({text})", source=name, query=first.query, instances=failures)
     for failure in failures:
-        log.warning("adapter.partial", source=name, failed=failure.source, error=str(failure))
+        report_partial(failure)
     return answers
 
 

@@ -28,6 +28,7 @@ from urllib3.util.retry import Retry
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
 from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import DEFAULT_SCAN_MATCH
+from opsagent.calls import bounded
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.selector import SelectorError, parse
@@ -62,6 +63,17 @@ class PrometheusClient(PrometheusConnect):
         return data
 
 
+class _BoundedSession(requests.Session):
+    """A session whose every request ends when the tool call it serves must (:mod:`opsagent.calls`):
+    the blocking client runs in a worker thread that the toolbox cannot cancel, so without this a
+    server that never answers would hold the thread, and the process's exit, for the full timeout."""
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        timeout = kwargs.get("timeout")
+        kwargs["timeout"] = bounded(timeout if isinstance(timeout, int | float) else None)
+        return super().request(method, url, *args, **kwargs)
+
+
 def _raise_for_status(response: requests.Response, *args: object, **kwargs: object) -> None:
     """A response hook: error statuses raise with the response attached (status and error body)."""
     response.raise_for_status()
@@ -79,7 +91,7 @@ def prometheus_client(
 ) -> PrometheusClient:
     """A client with bearer or basic auth, TLS verification (on, off, or a CA bundle path), a
     timeout, no retries (the tool layer has a per-call budget), and error statuses raised."""
-    session = requests.Session()
+    session = _BoundedSession()
     session.verify = verify
     session.hooks["response"].append(_raise_for_status)
     all_headers = dict(headers or {})
@@ -152,6 +164,13 @@ class PrometheusReader:
                 body = exc.response.content if exc.response is not None else b""
                 kind = status_error(status)
                 raise kind(f"HTTP {status}: {error_text(body)}", source=self.name, query=query, window=span) from exc
+            except requests.ConnectionError as exc:
+                reason = _timed_out(exc)
+                if reason is not None:
+                    raise SourceTimeout(
+                        f"no answer in time ({reason})", source=self.name, query=query, window=span
+                    ) from exc
+                raise translate(exc, ERRORS, source=self.name, query=query, window=span) from exc
             except Exception as exc:
                 raise translate(exc, ERRORS, source=self.name, query=query, window=span) from exc
         log.debug("adapter.query", source=self.name, query=query, ms=round((time.perf_counter() - started) * 1000))
@@ -237,6 +256,16 @@ class PrometheusReader:
 
     async def build_info(self) -> dict[str, Any]:
         return await self._call(self.client.build_info, query="status/buildinfo")
+
+
+def _timed_out(exc: requests.ConnectionError) -> urllib3.exceptions.TimeoutError | None:
+    """The read timeout requests reports as a connection error (with retries off, urllib3's
+    ``MaxRetryError`` wraps it, and requests maps that to ``ConnectionError``)."""
+    wrapped = exc.args[0] if exc.args else None
+    reason = getattr(wrapped, "reason", None)
+    if isinstance(reason, urllib3.exceptions.NewConnectionError):  # a refusal, though urllib3 files it under timeouts
+        return None
+    return reason if isinstance(reason, urllib3.exceptions.TimeoutError) else None
 
 
 def _named(labels: dict[str, str], name: str | None) -> dict[str, str]:

@@ -3,7 +3,9 @@
 Instances are listed per kind (several Prometheus, several log clusters…), each named. Secrets never
 live in the file: each comes from the environment as ``OPSAGENT_<KIND>_<NAME>_<SECRET>`` (e.g.
 ``OPSAGENT_PROMETHEUS_MAIN_TOKEN``, ``OPSAGENT_ELASTICSEARCH_LOGS_API_KEY``, see :func:`secret_env`),
-and a secret written in the file is refused with the variable to set instead. Models only: no
+and a secret written in the file is refused with the variable to set instead: a secret-named key,
+a credential header (``Authorization``, ``X-Api-Key``…), a URL with user info or a token in its
+query. The refusal names the setting and never repeats the value. Models only: no
 client is imported here (building is :mod:`adapters.config`), so loading settings stays cheap.
 """
 
@@ -13,8 +15,11 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from opsagent.redaction import CREDENTIAL_NAME
 
 Kind = Literal["prometheus", "elasticsearch", "git", "change_feed", "jaeger", "tempo"]
 Secret = Literal["token", "password", "api_key"]
@@ -111,9 +116,38 @@ class FeedQuery(BaseModel):
     until_param: str = "until"
     service_param: str | None = None
     time_format: TimeFormat = "rfc3339"
-    params: dict[str, str] = Field(default_factory=dict, description="fixed extra query parameters")
+    params: dict[str, str] = Field(default_factory=dict, description="fixed extra query parameters (no secrets)")
     kinds: dict[str, str] = Field(default_factory=dict, description="the feed's kind names -> deploy, config, …")
     default_kind: str = "deploy"
+
+
+#: Header and query-parameter names that carry credentials.
+_CREDENTIAL_NAME = re.compile(
+    r"(?i)^(?:proxy-)?authorization$|^cookie$|key|secret|token|passw|pwd|signature|credential"
+)
+
+
+def credentials_in_url(url: str) -> str | None:
+    """What in a URL is a credential (user info, a token in the query), or None. Never the value."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return "holds credentials (user info before @)"
+    named = sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True) if CREDENTIAL_NAME.search(k)})
+    if named:
+        return f"holds a credential in its query ({', '.join(named)})"
+    return None
+
+
+def credential_headers(headers: Mapping[str, str]) -> list[str]:
+    """The names of headers that carry credentials."""
+    return sorted(k for k in headers if CREDENTIAL_NAME.search(k))
+
+
+def _refuse_in_file(what: str, *, kind: str, name: object, secret: Secret, how: str) -> ValueError:
+    return ValueError(
+        f"{what}: secrets are read from the environment only; remove it from the file, set {how} "
+        f"and {secret_env(kind, str(name or 'NAME'), secret)}"
+    )
 
 
 def secret_env(kind: str, name: str, secret: Secret) -> str:
@@ -157,6 +191,20 @@ class SourceConfig(BaseModel):
         return environ.get(secret_env(self.kind, self.name, secret)) or None
 
 
+def _no_credentials_in(url: str, *, kind: str, name: object) -> str:
+    problem = credentials_in_url(url)
+    if problem is None:
+        return url
+    basic = "user info" in problem
+    raise _refuse_in_file(
+        problem,
+        kind=kind,
+        name=name,
+        secret="password" if basic else "token",
+        how="auth: basic with username:" if basic else "auth: bearer",
+    )
+
+
 class HttpSourceConfig(SourceConfig):
     url: str
     auth: Literal["none", "bearer", "basic"] = "none"
@@ -166,10 +214,25 @@ class HttpSourceConfig(SourceConfig):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, url: str) -> str:
+    def _http_url(cls, url: str, info: ValidationInfo) -> str:
         if not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
-        return url.rstrip("/")
+        return _no_credentials_in(url, kind=cls.model_fields["kind"].default, name=info.data.get("name")).rstrip("/")
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credential_headers(cls, headers: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        found = credential_headers(headers)
+        if found:
+            kind = cls.model_fields["kind"].default
+            raise _refuse_in_file(
+                f"{', '.join(found)} carries a credential",
+                kind=kind,
+                name=info.data.get("name"),
+                secret="token",
+                how="auth: bearer",
+            )
+        return headers
 
     def credentials(self, environ: Mapping[str, str]) -> tuple[str | None, tuple[str, str] | None]:
         """(bearer token, basic (user, password)) as configured."""
@@ -199,7 +262,7 @@ class PrometheusConfig(HttpSourceConfig):
 
 class ElasticsearchConfig(SourceConfig):
     kind: Kind = "elasticsearch"
-    url: str
+    url: str = Field(description="without credentials: auth: api_key or basic, secrets from the environment")
     index: str = Field(default="logs-*", description="index pattern")
     flavour: Literal["elasticsearch", "opensearch"] = "elasticsearch"
     auth: Literal["none", "api_key", "basic"] = "none"
@@ -208,6 +271,11 @@ class ElasticsearchConfig(SourceConfig):
     fields: LogFields = Field(default_factory=LogFields, description="field names; ECS by default")
     max_hits: int = Field(default=10_000, ge=1, description="raw lines read per summary at most")
     page_size: int = Field(default=2_000, ge=1, le=10_000)
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, url: str, info: ValidationInfo) -> str:
+        return _no_credentials_in(url, kind="elasticsearch", name=info.data.get("name"))
 
 
 class GitConfig(SourceConfig):
@@ -222,6 +290,20 @@ class ChangeFeedConfig(HttpSourceConfig):
     kind: Kind = "change_feed"
     query: FeedQuery = Field(default_factory=FeedQuery)
     fields: FeedFields = Field(default_factory=FeedFields)
+
+    @field_validator("query")
+    @classmethod
+    def _no_credential_params(cls, query: FeedQuery, info: ValidationInfo) -> FeedQuery:
+        found = credential_headers(query.params)
+        if found:
+            raise _refuse_in_file(
+                f"params {', '.join(found)} carry a credential",
+                kind="change_feed",
+                name=info.data.get("name"),
+                secret="token",
+                how="auth: bearer",
+            )
+        return query
 
 
 class JaegerConfig(HttpSourceConfig):

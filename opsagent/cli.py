@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -28,7 +30,7 @@ from rich.table import Table
 
 from adapters.config import sources_from_settings
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
-from opsagent.fixtures import validate, write_json_schemas
+from opsagent.fixtures import not_utf8, validate, write_json_schemas
 from opsagent.lessons import finalised as lesson_finalised
 from opsagent.lessons import from_feedback, misled_by, rule_check
 from opsagent.lessons import problems as lesson_problems
@@ -90,9 +92,12 @@ PlaybooksOpt = Annotated[Path | None, typer.Option("--playbooks", help="playbook
 
 
 def _budget(k: int, beam: int, max_steps: int, token_budget: int, wall_s: float, timeout_s: float) -> Budget:
-    if min(k, beam, max_steps, token_budget) < 1 or wall_s <= 0 or timeout_s <= 0:
+    seconds = (wall_s, timeout_s)
+    if min(k, beam, max_steps, token_budget) < 1 or not all(math.isfinite(x) and x > 0 for x in seconds):
         err.print(
             "[bold red]error:[/] --k, --beam, --max-steps, --token-budget, --wall-s and --timeout must be positive"
+            " (--wall-s and --timeout finite numbers of seconds)",
+            soft_wrap=True,
         )
         raise typer.Exit(2)
     return Budget(k=k, beam=beam, max_steps=max_steps, token_budget=token_budget, wall_s=wall_s, timeout_s=timeout_s)
@@ -126,6 +131,8 @@ class LiveView:
 def _load_alert(path: Path) -> Alert:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise AlertError([Problem(str(path), not_utf8(exc))]) from exc
     except (OSError, yaml.YAMLError) as exc:
         raise AlertError([Problem(str(path), f"cannot read: {exc}")]) from exc
     if isinstance(raw, dict) and isinstance(raw.get("alerts"), list):  # a whole webhook payload
@@ -141,13 +148,42 @@ def _load_alert(path: Path) -> Alert:
         raise AlertError(problems) from exc
 
 
-def _emit(report: Report, as_json: bool, markdown: Path | None) -> None:
+def _writable(path: Path, option: str) -> None:
+    """An output file can be written, checked before the investigation it is for runs (opened for
+    appending, which changes nothing; removed again if it did not exist)."""
+    problem = None
+    if path.is_dir():
+        problem = "is a directory"
+    else:
+        existed = path.exists()
+        try:
+            with path.open("a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            problem = f"cannot be written: {exc.strerror or exc}"
+        else:
+            if not existed:
+                path.unlink(missing_ok=True)
+    if problem is not None:
+        err.print(f"[bold red]error:[/] {option} {escape(str(path))} {escape(problem)}", soft_wrap=True)
+        raise typer.Exit(2)
+
+
+def _emit(report: Report, as_json: bool, markdown: Path | None) -> bool:
+    """Print the report (and write it as Markdown); False when the Markdown could not be written
+    after all (the report is printed whatever happens: its result is never lost)."""
+    written = True
     if markdown is not None:
-        markdown.write_text(to_markdown(report), encoding="utf-8")
+        try:
+            markdown.write_text(to_markdown(report), encoding="utf-8")
+        except OSError as exc:
+            err.print(f"[bold red]error:[/] --markdown {escape(str(markdown))}: {escape(str(exc))}", soft_wrap=True)
+            written = False
     if as_json:
         sys.stdout.write(to_json(report) + "\n")
     else:
         render(report, console)
+    return written
 
 
 @app.command(name="investigate")
@@ -181,9 +217,10 @@ def investigate_cmd(
 ) -> None:
     """Investigate one incident and print the root cause, its evidence and what was ruled out."""
     budget = _budget(k, beam, max_steps, token_budget, wall_s, timeout_s)
+    if markdown is not None:
+        _writable(markdown, "--markdown")
     settings = _settings()
-    store = _open_store_or_warn(settings) if use_lessons else None
-    lessons = store.lessons() if store is not None else []
+    store, lessons = _lessons_or_warn(settings) if use_lessons else (None, [])
 
     async def go() -> Report:
         strategy(strategy_name)  # fail fast on a bad name
@@ -230,12 +267,14 @@ def investigate_cmd(
     report = _run(go)
     if store is not None:
         _remember(store, report)
-    _emit(report, as_json, markdown)
+    written = _emit(report, as_json, markdown)
     if show_prompts:
         print_prompts(report, err if as_json else console)
     line = model_summary(report)
     if line is not None and as_json:  # the terminal report shows it; beside JSON, stderr does
         err.print(line, markup=False, highlight=False, soft_wrap=True)
+    if not written:
+        raise typer.Exit(1)
 
 
 def _reasoner(
@@ -264,13 +303,21 @@ def _settings() -> Settings:
         raise typer.Exit(2) from None
 
 
-def _open_store_or_warn(settings: Settings) -> Store | None:
-    """The investigation matters more than its lessons: a broken store is said, not fatal."""
+def _lessons_or_warn(settings: Settings) -> tuple[Store | None, list[Lesson]]:
+    """The investigation matters more than its lessons: a store that cannot be opened or read (a
+    damaged header, or damaged pages behind an intact one) is said once, and the run goes on
+    without lessons, recording none."""
     try:
-        return Store(settings.database)
+        store = Store(settings.database)
     except StoreError as exc:
         err.print(f"[yellow]warning:[/] lessons off for this run: {escape(str(exc))}", soft_wrap=True)
-        return None
+        return None, []
+    try:
+        return store, store.lessons()
+    except StoreError as exc:
+        store.close()
+        err.print(f"[yellow]warning:[/] lessons off for this run: {escape(str(exc))}", soft_wrap=True)
+        return None, []
 
 
 def _remember(store: Store, report: Report) -> None:
@@ -292,10 +339,14 @@ def _remember(store: Store, report: Report) -> None:
         err.print(f"[yellow]warning:[/] not recorded: {escape(str(exc))}", soft_wrap=True)
 
 
-def _store(settings: Settings | None = None) -> Store:
+@contextmanager
+def _store(settings: Settings | None = None) -> Iterator[Store]:
+    """The store, for a command about what it holds (lessons, feedback): one that cannot be opened
+    or read, then or in the middle of the command, is a clear error and exit 2, never a traceback."""
     settings = settings or _settings()
     try:
-        return Store(settings.database)
+        with Store(settings.database) as store:
+            yield store
     except StoreError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -359,7 +410,7 @@ def replay_cmd(
     if lessons_mode not in ("on", "off"):
         err.print(f"[bold red]error:[/] --lessons takes on or off, not {lessons_mode!r}")
         raise typer.Exit(2)
-    store = _store() if learn or lessons_mode == "on" else None
+    store, _ = _lessons_or_warn(_settings()) if learn or lessons_mode == "on" else (None, [])
 
     async def go() -> Scoreboard:
         strategy(strategy_name)
@@ -375,7 +426,10 @@ def replay_cmd(
 
     board = _run(go)
     if learn and store is not None:
-        err.print(f"{len(store.lessons())} lesson(s) in {store.path}", soft_wrap=True)
+        try:
+            err.print(f"{len(store.lessons())} lesson(s) in {store.path}", soft_wrap=True)
+        except StoreError as exc:
+            err.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
     if as_json:
         payload: dict[str, Any] = {
             "strategy": board.strategy,
@@ -422,7 +476,12 @@ def fixtures_schema(
     out: Annotated[Path, typer.Option("--out", help="directory for the JSON Schema files")] = Path("fixtures/schema"),
 ) -> None:
     """Write the JSON Schema of every file of the recorded-incident format."""
-    for path in write_json_schemas(out):
+    try:
+        written = write_json_schemas(out)
+    except OSError as exc:
+        err.print(f"[bold red]error:[/] --out {escape(str(out))}: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    for path in written:
         console.print(str(path))
 
 
@@ -534,6 +593,8 @@ def lessons_export(
     out: Annotated[Path | None, typer.Option("--out", help="file to write; standard output without it")] = None,
 ) -> None:
     """Every lesson as one YAML document, for review in git."""
+    if out is not None:
+        _writable(out, "--out")
     with _store() as store:
         text = yaml.safe_dump(
             [le.model_dump(mode="json") for le in store.lessons()], sort_keys=False, allow_unicode=True
@@ -541,7 +602,11 @@ def lessons_export(
     if out is None:
         sys.stdout.write(text)
     else:
-        out.write_text(text, encoding="utf-8")
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            err.print(f"[bold red]error:[/] --out {escape(str(out))}: {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(1) from None
         console.print(f"wrote {out}")
 
 
@@ -550,6 +615,9 @@ def lessons_import(path: Path) -> None:
     """Import lessons from a YAML export; each bad entry is rejected with its reason, the rest imported."""
     try:
         entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        err.print(f"[bold red]error:[/] {path}: {not_utf8(exc)}", soft_wrap=True)
+        raise typer.Exit(2) from None
     except (OSError, yaml.YAMLError) as exc:
         err.print(f"[bold red]error:[/] {path}: cannot read: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None

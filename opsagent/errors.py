@@ -18,15 +18,21 @@ and never log in their constructor.
         └── MalformedResponse      the source answered something that is not what its API promises
 
 ``SourceError`` is what the tool layer turns into an observation that names the source; a
-``UserError`` aborts with a clear message and never a traceback. Live adapters map their client's
+``UserError`` aborts with a clear message and never a traceback. A source error's text is a
+foreign system's (an upstream may echo the request's ``Authorization`` header in its error body):
+it is redacted as the error is made, so whoever prints, logs or stores it leaks nothing. An error
+for several instances of one kind that all failed names each in ``instances``. Live adapters map their client's
 exceptions (httpx, requests, elasticsearch/elastic-transport, subprocess) with ``raise ... from exc``
 in one function per adapter, and carry the query and time window that failed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+from opsagent.redaction import scrub
 
 
 class OpsAgentError(Exception):
@@ -75,7 +81,8 @@ class AlertError(UserError):
 
 
 class SourceError(OpsAgentError):
-    """A data source failed. ``source`` names it (e.g. ``metrics:replay``)."""
+    """A data source failed. ``source`` names it (e.g. ``metrics:replay``); ``instances`` holds the
+    error of each instance when several of one kind failed together."""
 
     def __init__(
         self,
@@ -84,11 +91,13 @@ class SourceError(OpsAgentError):
         source: str,
         query: str | None = None,
         window: tuple[datetime, datetime] | None = None,
+        instances: Sequence[SourceError] = (),
     ) -> None:
         self.source = source
-        self.query = query
+        self.query = scrub(query) if query is not None else None
         self.window = window
-        super().__init__(message)
+        self.instances = tuple(instances)
+        super().__init__(scrub(message))
 
 
 class SourceUnavailable(SourceError):

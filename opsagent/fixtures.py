@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
 
 from opsagent.errors import FixtureError, Problem
-from opsagent.models import Alert, FaultKind, TimeRange
+from opsagent.models import Alert, FaultKind, TimeRange, possible
 
 TELEMETRY = ("metrics", "logs", "changes", "traces")
 
@@ -78,12 +78,21 @@ class IncidentFile(BaseModel):
     meta: str | None = None
     truth: Truth | None = None
 
+    @field_validator("window", "baseline")
+    @classmethod
+    def _possible_period(cls, period: TimeRange | None) -> TimeRange | None:
+        if period is not None:
+            possible(period.start)
+            possible(period.end)
+        return period
+
 
 class MetricSeries(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     labels: dict[str, str]
-    samples: list[tuple[float, float]]
+    #: [unix_s, value]; no NaN or infinity (a missing sample is left out)
+    samples: list[tuple[FiniteFloat, FiniteFloat]]
     unit: str | None = None
     type: Literal["gauge", "counter"] | None = None
 
@@ -134,7 +143,7 @@ class Span(BaseModel):
     service: str
     operation: str
     start: datetime | int = Field(description="RFC3339, or unix nanoseconds")
-    duration_us: float = Field(ge=0)
+    duration_us: float = Field(ge=0, allow_inf_nan=False)
     status: Literal["ok", "error", "unset"] = "unset"
 
     @field_validator("start", mode="after")
@@ -178,9 +187,10 @@ class Recording(BaseModel):
     present: frozenset[str] = Field(description="which telemetry files the recording has")
 
 
-def _open_text(path: Path) -> Iterator[str]:
+def _open_lines(path: Path) -> Iterator[bytes]:
+    """Lines as bytes: each is decoded on its own, so a line that is not UTF-8 is named by number."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
+    with opener(path, "rb") as fh:
         yield from fh
 
 
@@ -195,10 +205,20 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(record)"
 
 
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What to say of text that is not UTF-8."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+
+
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem]) -> list[Any]:
     records: list[Any] = []
     try:
-        for lineno, line in enumerate(_open_text(path), start=1):
+        for lineno, raw in enumerate(_open_lines(path), start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(Problem(str(path), not_utf8(exc), line=lineno))
+                continue
             if not line.strip():
                 continue
             try:
@@ -207,7 +227,7 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem]) -
                 for err in exc.errors():
                     loc = tuple(p for p in err["loc"] if p != "json_invalid")
                     problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
     return records
 
@@ -217,6 +237,9 @@ def _read_header(path: Path, problems: list[Problem]) -> IncidentFile | None:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
+        return None
+    except UnicodeDecodeError as exc:
+        problems.append(Problem(str(path), not_utf8(exc)))
         return None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -58,6 +58,10 @@ class Meter:
     def elapsed_s(self) -> float:
         return self.clock() - self.started
 
+    def remaining_s(self) -> float:
+        """What the wall-clock budget has left: the toolbox gives no call more."""
+        return self.budget.wall_s - self.elapsed_s()
+
     def exhausted(self, steps_here: int) -> str | None:
         if steps_here >= self.budget.max_steps:
             return f"budget exhausted: {self.budget.max_steps} steps"

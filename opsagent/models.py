@@ -6,7 +6,7 @@ fixtures. Nothing here does I/O.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -103,8 +103,22 @@ def require_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+#: The times an investigation can compute with: windows, baselines and Unix nanoseconds (spans)
+#: stay representable. Years 0001 or 9999 in an alert are not a time something happened.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2262, 4, 11, tzinfo=UTC)
+
+
+def possible(when: datetime) -> datetime:
+    if not EARLIEST <= when < LATEST:
+        raise ValueError(f"{when.isoformat()} is not a possible time for an alert (1970 to 2262)")
+    return when
+
+
+#: A time an alert (or a recording's window) can name: timezone-aware, between 1970 and 2262.
+AlertTime = Annotated[AwareDatetime, AfterValidator(possible)]
 #: An alert's endsAt: None while it has not ended. Shared by every model of an Alertmanager alert.
-AlertEnd = Annotated[AwareDatetime | None, BeforeValidator(_zero_time_is_none)]
+AlertEnd = Annotated[AlertTime | None, BeforeValidator(_zero_time_is_none)]
 
 
 class Alert(BaseModel):
@@ -114,7 +128,7 @@ class Alert(BaseModel):
 
     labels: Annotated[dict[str, str], AfterValidator(require_labels)]
     annotations: dict[str, str] = Field(default_factory=dict)
-    starts_at: AwareDatetime = Field(alias="startsAt")
+    starts_at: AlertTime = Field(alias="startsAt")
     ends_at: AlertEnd = Field(default=None, alias="endsAt")
     generator_url: str | None = Field(default=None, alias="generatorURL")
     fingerprint: str | None = None

@@ -42,6 +42,7 @@ from opsagent.models import (
 )
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.redaction import scrub_model
 from opsagent.sources import Sources
 from opsagent.strategies import Outcome, reflect, strategy
 from opsagent.tools import Toolbox
@@ -59,12 +60,20 @@ SYMPTOM_SIGNAL = {
 }
 
 
-async def refine_onset(alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident) -> datetime:
+async def refine_onset(
+    alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident, *, meter: Meter | None = None
+) -> datetime:
     """The onset is when the alerting signal shifted, which an alert's ``for:`` delays past."""
     signal = SYMPTOM_SIGNAL.get(incident.symptom)
     if signal is None or sources.metrics is None or signal not in catalog:
         return alert.starts_at
-    toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident)
+    toolbox = Toolbox(  # held to the investigation's budget, like every other call
+        sources=sources,
+        catalog=catalog,
+        incident=incident,
+        timeout_s=meter.budget.timeout_s if meter else Budget().timeout_s,
+        remaining=meter.remaining_s if meter else None,
+    )
     obs = await toolbox.call(Action(tool="metrics.signal", args={"signal": signal, "service": incident.service}))
     if isinstance(obs.data, MetricsData) and obs.data.stats:
         s = obs.data.stats[0]
@@ -115,7 +124,7 @@ async def investigate(
         baseline=recording.baseline if recording else None,
         id=incident_id,
     )
-    onset = await refine_onset(alert, sources, catalog, provisional)
+    onset = await refine_onset(alert, sources, catalog, provisional, meter=meter)
     incident = open_incident(
         alert,
         onset=onset,
@@ -123,7 +132,9 @@ async def investigate(
         baseline=recording.baseline if recording else None,
         id=provisional.id,
     )
-    toolbox = Toolbox(sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s)
+    toolbox = Toolbox(
+        sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s, remaining=meter.remaining_s
+    )
     log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
     if isinstance(reasoner, PerInvestigation):
         reasoner = reasoner.bind(meter, toolbox.observations)
@@ -142,6 +153,7 @@ async def investigate(
     report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.name, lessons=written)
     if isinstance(reasoner, PerInvestigation):
         report = report.model_copy(update={"llm": reasoner.transcript()})
+    report = scrub_model(report)  # the alert's own text too: no report carries a secret
     log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
     return report
 

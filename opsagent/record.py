@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,54 +35,11 @@ from opsagent.models import Alert, Incident, Report
 from opsagent.pipeline import investigate
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner
+from opsagent.redaction import redact as redact_text
+from opsagent.redaction import redactors
 
 #: One step of redaction: text in, text with secrets replaced out.
 Redaction = Callable[[str], str]
-REDACTED = "[REDACTED]"
-
-
-def secret_values(values: Iterable[str]) -> Redaction:
-    """Exact secrets (the configured tokens, passwords and API keys) wherever they appear."""
-    secrets = sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
-
-    def redact(text: str) -> str:
-        for secret in secrets:
-            text = text.replace(secret, REDACTED)
-        return text
-
-    return redact
-
-
-def _pattern(regex: str, replacement: str, flags: int = 0) -> Redaction:
-    compiled = re.compile(regex, flags)
-    return lambda text: compiled.sub(replacement, text)
-
-
-#: Shapes of secrets, whoever's they are.
-PATTERNS: list[Redaction] = [
-    _pattern(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}", rf"\1 {REDACTED}"),
-    _pattern(r"(?<=://)[^/\s:@]+:[^/\s@]+@", f"{REDACTED}@"),
-    _pattern(
-        r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|client[_-]?secret)(\"?\s*[:=]\s*\"?)[^\s\"',;&]+",
-        rf"\1\2{REDACTED}",
-    ),
-    _pattern(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}", REDACTED),
-    _pattern(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", REDACTED),
-]
-
-
-def environment_secrets(environ: Mapping[str, str]) -> list[str]:
-    """The values of every ``OPSAGENT_*`` variable that holds a secret."""
-    return [v for k, v in environ.items() if k.startswith("OPSAGENT_") and k.endswith(("_TOKEN", "_PASSWORD", "_KEY"))]
-
-
-def redactor(steps: Sequence[Redaction]) -> Redaction:
-    def run(text: str) -> str:
-        for step in steps:
-            text = step(text)
-        return text
-
-    return run
 
 
 def _redact_model(model: BaseModel, redact: Redaction) -> dict[str, Any]:
@@ -233,7 +189,11 @@ async def record_incident(
             now=stamp,
         )
         names = [r.name for r in live.readers]
-    redact = redactor([secret_values(environment_secrets(env)), *PATTERNS])
+    chain = redactors(environ=env)  # the project's one chain, with the secrets this environment holds
+
+    def redact(text: str) -> str:
+        return redact_text(text, chain)[0]
+
     problems = write_fixture(
         out,
         alert=alert,

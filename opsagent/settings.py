@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,9 +19,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from adapters.sourceconfig import SourcesConfig
+from adapters.sourceconfig import SourcesConfig, credentials_in_url
 from opsagent.errors import ConfigError
-from opsagent.fixtures import SignalDef
+from opsagent.fixtures import SignalDef, not_utf8
 
 
 def _default_data_dir() -> Path:
@@ -81,6 +82,14 @@ class LLMSettings(BaseModel):
             raise ValueError(f"the API key is read only from the environment ({LLM_API_KEY_ENV}), never from here")
         return data
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_key_in_url(cls, url: str) -> str:
+        problem = credentials_in_url(url)
+        if problem is not None:
+            raise ValueError(f"{problem}: the API key is read only from the environment ({LLM_API_KEY_ENV})")
+        return url
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
@@ -98,6 +107,9 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535, description="port the service listens on")
     workers: int = Field(default=2, ge=1, le=64, description="investigations run at once (worker processes)")
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="largest webhook body accepted (413 above)")
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, allow_inf_nan=False, description="a webhook body must arrive within this (408 after)"
+    )
     fixtures_dir: Path | None = Field(
         default=None, description="recorded incidents the service investigates alerts against (replay sources)"
     )
@@ -133,6 +145,14 @@ class Settings(BaseSettings):
     signals: dict[str, SignalDef] = Field(
         default_factory=dict, description="signal catalog overrides for this environment (PromQL, $service)"
     )
+
+    @field_validator("public_url")
+    @classmethod
+    def _no_credentials_in_public_url(cls, url: str | None) -> str | None:
+        problem = credentials_in_url(url) if url else None
+        if problem is not None:
+            raise ValueError(f"{problem}: it is shown in notifications; link to the service without them")
+        return url
 
     @classmethod
     def settings_customise_sources(
@@ -174,6 +194,12 @@ def load_settings() -> Settings:
         raise ConfigError(f"config file {path} (from OPSAGENT_CONFIG) does not exist")
     try:
         return Settings()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: {not_utf8(exc)}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid configuration ({path or 'environment'}): {problems}") from exc
+    except (TypeError, ValueError, AttributeError) as exc:  # YAML, but not a mapping of settings
+        raise ConfigError(f"config file {path}: expected a mapping of settings, as in the README ({exc})") from exc

@@ -89,9 +89,17 @@ def record(
     if not alert_file.exists():
         err.print(f"[bold red]error:[/] {alert_file}: no such file")
         raise typer.Exit(2)
+    if out.exists() and not out.is_dir():
+        err.print(f"[bold red]error:[/] --out {out} is a file: record into a new directory")
+        raise typer.Exit(2)
     if out.exists() and any(out.iterdir()):
         err.print(f"[bold red]error:[/] {out} is not empty: record into a new directory")
         raise typer.Exit(2)
+    try:  # before the investigation: what it reads must have somewhere to go
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        err.print(f"[bold red]error:[/] --out {out}: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
     if settings.sources.empty():
         err.print("[yellow]warning:[/] no live sources configured: the recording will hold only the alert")
 

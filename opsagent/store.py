@@ -5,6 +5,10 @@ Schema versions are applied in order from ``MIGRATIONS`` and recorded in ``PRAGM
 WAL mode and a busy timeout let the CLI and the service use the file at once. A corrupt or locked
 file is a :class:`StoreError` naming the file and what to do; the store never rewrites a file it
 cannot read, so nothing is lost.
+
+Nothing is written unredacted: reports, lessons, notification payloads and error texts pass
+through :mod:`opsagent.redaction` on their way in, so no reader of the file (or of an API that
+serves it) sees a secret a report would not show.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from opsagent.errors import UserError
 from opsagent.lessons import LessonCounter, merge
 from opsagent.models import Lesson, Report
+from opsagent.redaction import Redactor, redactors, scrub, scrub_json, scrub_model
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -196,6 +201,7 @@ class FinishedReport(BaseModel):
 
     @classmethod
     def of(cls, report: Report, *, lessons: Sequence[Lesson] = ()) -> FinishedReport:
+        report = scrub_model(report)
         rc = report.root_cause
         return cls(
             status=report.status,
@@ -248,6 +254,12 @@ def _new_episode(seen_started: str | None, n: NotificationIn) -> bool:
     return n.status == "firing" and first is not None and seen_started is not None and first > seen_started
 
 
+def _redacted(n: NotificationIn, chain: Sequence[Redactor]) -> NotificationIn:
+    """A notification as stored: its payload's strings and what it is listed by, redacted."""
+    listed = scrub_model(n.model_copy(update={"payload": ""}), chain)
+    return listed.model_copy(update={"payload": scrub_json(n.payload, chain)})
+
+
 def _incident(row: Sequence[object]) -> IncidentRecord:
     return IncidentRecord.model_validate(dict(zip(_INCIDENT_COLUMNS.replace(" ", "").split(","), row, strict=True)))
 
@@ -292,13 +304,26 @@ class Store:
             ) from exc
 
     @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """A read: the rows (a damaged page is the same error as a damaged header, from
+        :meth:`_guard`) and what they hold (a stored report that no longer validates)."""
+        with self._guard():
+            try:
+                yield
+            except (ValidationError, ValueError) as exc:
+                raise StoreError(
+                    f"a stored {what} cannot be read ({str(exc).splitlines()[0]}); nothing was changed", path=self.path
+                ) from exc
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._guard():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # an I/O error may have rolled it back already
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 
@@ -324,6 +349,7 @@ class Store:
             return self._upsert_lesson(db, lesson)
 
     def _upsert_lesson(self, db: sqlite3.Connection, lesson: Lesson) -> tuple[Lesson, bool]:
+        lesson = scrub_model(lesson)
         now = datetime.now(UTC).isoformat()
         row = db.execute("SELECT body, count FROM lessons WHERE id = ?", (lesson.id,)).fetchone()
         if row is None:
@@ -352,6 +378,7 @@ class Store:
         return merged, True
 
     def replace_lesson(self, lesson: Lesson) -> None:
+        lesson = scrub_model(lesson)
         with self._transaction() as db:
             found = db.execute(
                 "UPDATE lessons SET body = ?, refuted_kind = ?, updated_at = ? WHERE id = ?",
@@ -361,16 +388,16 @@ class Store:
             raise StoreError(f"no lesson {lesson.id}", path=self.path)
 
     def lessons(self) -> list[Lesson]:
-        with self._guard():
+        with self._reading("lesson"):
             rows = self._db.execute(f"SELECT {_LESSON_COLUMNS} FROM lessons ORDER BY created_at DESC, id").fetchall()
-        return [self._lesson(b, count=c, retrieved=r, helped=h, misled=m) for b, c, r, h, m in rows]
+            return [self._lesson(b, count=c, retrieved=r, helped=h, misled=m) for b, c, r, h, m in rows]
 
     def lesson(self, lesson_id: str) -> Lesson:
-        with self._guard():
+        with self._reading("lesson"):
             row = self._db.execute(f"SELECT {_LESSON_COLUMNS} FROM lessons WHERE id = ?", (lesson_id,)).fetchone()
-        if row is None:
-            raise StoreError(f"no lesson {lesson_id}", path=self.path)
-        return self._lesson(row[0], count=row[1], retrieved=row[2], helped=row[3], misled=row[4])
+            if row is None:
+                raise StoreError(f"no lesson {lesson_id}", path=self.path)
+            return self._lesson(row[0], count=row[1], retrieved=row[2], helped=row[3], misled=row[4])
 
     def delete_lesson(self, lesson_id: str) -> None:
         with self._transaction() as db:
@@ -413,14 +440,18 @@ class Store:
         )
 
     def investigation(self, incident_id: str) -> InvestigationRecord:
-        with self._guard():
+        with self._reading("investigation"):
             row = self._db.execute(
                 "SELECT incident_id, created_at, status, root_component, root_kind, lessons_used, feedback,"
                 " feedback_root_cause FROM investigations WHERE incident_id = ?",
                 (incident_id,),
             ).fetchone()
-        if row is None:
-            raise StoreError(f"no investigation {incident_id} (see `opsagent lessons list`?)", path=self.path)
+            if row is None:
+                raise StoreError(f"no investigation {incident_id} (see `opsagent lessons list`?)", path=self.path)
+            return self._investigation(row)
+
+    @staticmethod
+    def _investigation(row: Sequence[Any]) -> InvestigationRecord:
         return InvestigationRecord(
             incident_id=row[0],
             created_at=datetime.fromisoformat(row[1]),
@@ -433,11 +464,11 @@ class Store:
         )
 
     def report(self, incident_id: str) -> Report:
-        with self._guard():
+        with self._reading("report"):
             row = self._db.execute("SELECT report FROM investigations WHERE incident_id = ?", (incident_id,)).fetchone()
-        if row is None:
-            raise StoreError(f"no investigation {incident_id}", path=self.path)
-        return Report.model_validate_json(row[0])
+            if row is None:
+                raise StoreError(f"no investigation {incident_id}", path=self.path)
+            return Report.model_validate_json(row[0])
 
     def record_feedback(self, incident_id: str, *, correct: bool, root_cause: str | None) -> None:
         with self._transaction() as db:
@@ -464,64 +495,89 @@ class Store:
         """Persist notifications in one transaction (the service commits concurrent requests
         together), deduplicated by alert group: a group with an open incident updates it, a
         ``resolved`` one resolves it; a firing group without one opens an incident and queues a job."""
-        out: list[Accepted] = []
+        chain = redactors()  # once a batch: the secrets to mask are this process's, read from its environment
+        cleaned = [_redacted(n, chain) for n in notifications]
         with self._transaction() as db:
-            for n in notifications:
-                when = n.received_at.isoformat()
-                row = db.execute(
-                    "SELECT id, alerts_started FROM incidents WHERE group_key = ? AND resolved_at IS NULL",
-                    (n.group_key,),
-                ).fetchone()
-                incident_id: str | None = row[0] if row else None
-                seen_started: str | None = row[1] if row else None
-                started = _instant(n.last_started)
-                if incident_id is not None and _new_episode(seen_started, n):
-                    db.execute(
-                        "UPDATE incidents SET state = 'resolved', resolved_at = ?, updated_at = ? WHERE id = ?",
-                        (when, when, incident_id),
-                    )
-                    incident_id = None  # its end was never heard: this firing opens an incident of its own
-                action: Literal["opened", "updated", "resolved", "ignored"]
-                if incident_id is None:
-                    action = "ignored" if n.status == "resolved" else "opened"
-                else:
-                    action = "resolved" if n.status == "resolved" else "updated"
+            return self._accept(db, cleaned)
+
+    def check_writable(self) -> None:
+        """Raises :class:`StoreError` unless a notification could be accepted now: the accept path
+        runs for a probe (the incidents, notifications and jobs it reads and writes) and is rolled
+        back. What readiness reports: a store whose pages are damaged reads fine elsewhere."""
+        probe = NotificationIn(
+            group_key="opsagent:readiness-probe",
+            status="firing",
+            receiver="-",
+            service="-",
+            alertname="-",
+            title="-",
+            payload="{}",
+            received_at=datetime.now(UTC),
+        )
+        with self._guard():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._accept(self._db, [probe])
+            finally:
+                if self._db.in_transaction:  # an I/O error may have rolled it back already
+                    self._db.execute("ROLLBACK")
+
+    def _accept(self, db: sqlite3.Connection, notifications: Sequence[NotificationIn]) -> list[Accepted]:
+        out: list[Accepted] = []
+        for n in notifications:
+            when = n.received_at.isoformat()
+            row = db.execute(
+                "SELECT id, alerts_started FROM incidents WHERE group_key = ? AND resolved_at IS NULL",
+                (n.group_key,),
+            ).fetchone()
+            incident_id: str | None = row[0] if row else None
+            seen_started: str | None = row[1] if row else None
+            started = _instant(n.last_started)
+            if incident_id is not None and _new_episode(seen_started, n):
+                db.execute(
+                    "UPDATE incidents SET state = 'resolved', resolved_at = ?, updated_at = ? WHERE id = ?",
+                    (when, when, incident_id),
+                )
+                incident_id = None  # its end was never heard: this firing opens an incident of its own
+            action: Literal["opened", "updated", "resolved", "ignored"]
+            if incident_id is None:
+                action = "ignored" if n.status == "resolved" else "opened"
+            else:
+                action = "resolved" if n.status == "resolved" else "updated"
+            cur = db.execute(
+                "INSERT INTO notifications (incident_id, group_key, status, action, received_at, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (incident_id, n.group_key, n.status, action, when, n.payload),
+            )
+            notification_id = int(cur.lastrowid or 0)
+            job_id = None
+            if action == "opened":
+                digest = hashlib.sha1(f"{n.group_key}|{when}|{notification_id}".encode()).hexdigest()[:12]
+                incident_id = f"inc-{digest}"
+                db.execute(
+                    "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title,"
+                    " receiver, created_at, updated_at, alerts_started)"
+                    " VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                    (incident_id, n.group_key, n.service, n.alertname, n.title, n.receiver, when, when, started),
+                )
+                db.execute("UPDATE notifications SET incident_id = ? WHERE id = ?", (incident_id, notification_id))
                 cur = db.execute(
-                    "INSERT INTO notifications (incident_id, group_key, status, action, received_at, payload)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (incident_id, n.group_key, n.status, action, when, n.payload),
+                    "INSERT INTO jobs (incident_id, notification_id, status, created_at, updated_at)"
+                    " VALUES (?, ?, 'queued', ?, ?)",
+                    (incident_id, notification_id, when, when),
                 )
-                notification_id = int(cur.lastrowid or 0)
-                job_id = None
-                if action == "opened":
-                    digest = hashlib.sha1(f"{n.group_key}|{when}|{notification_id}".encode()).hexdigest()[:12]
-                    incident_id = f"inc-{digest}"
-                    db.execute(
-                        "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title,"
-                        " receiver, created_at, updated_at, alerts_started)"
-                        " VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?, ?)",
-                        (incident_id, n.group_key, n.service, n.alertname, n.title, n.receiver, when, when, started),
-                    )
-                    db.execute("UPDATE notifications SET incident_id = ? WHERE id = ?", (incident_id, notification_id))
-                    cur = db.execute(
-                        "INSERT INTO jobs (incident_id, notification_id, status, created_at, updated_at)"
-                        " VALUES (?, ?, 'queued', ?, ?)",
-                        (incident_id, notification_id, when, when),
-                    )
-                    job_id = int(cur.lastrowid or 0)
-                elif action in ("updated", "resolved"):
-                    # the latest start the incident has seen (fixed-width UTC stamps: text order is time order)
-                    latest = max((t for t in (seen_started, started) if t is not None), default=None)
-                    db.execute(
-                        "UPDATE incidents SET notifications = notifications + 1, updated_at = ?,"
-                        " state = CASE WHEN ? = 'resolved' THEN 'resolved' ELSE state END,"
-                        " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END,"
-                        " alerts_started = ? WHERE id = ?",
-                        (when, action, action, when, latest, incident_id),
-                    )
-                out.append(
-                    Accepted(notification_id=notification_id, incident_id=incident_id, action=action, job_id=job_id)
+                job_id = int(cur.lastrowid or 0)
+            elif action in ("updated", "resolved"):
+                # the latest start the incident has seen (fixed-width UTC stamps: text order is time order)
+                latest = max((t for t in (seen_started, started) if t is not None), default=None)
+                db.execute(
+                    "UPDATE incidents SET notifications = notifications + 1, updated_at = ?,"
+                    " state = CASE WHEN ? = 'resolved' THEN 'resolved' ELSE state END,"
+                    " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END,"
+                    " alerts_started = ? WHERE id = ?",
+                    (when, action, action, when, latest, incident_id),
                 )
+            out.append(Accepted(notification_id=notification_id, incident_id=incident_id, action=action, job_id=job_id))
         return out
 
     def claim_job(self, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
@@ -576,6 +632,7 @@ class Store:
     def release_job(self, job_id: int, *, owner: str, error: str, attempt: bool = True) -> None:
         """Give a running job back to the queue: after a failure worth retrying (the attempt counts),
         or because the service is stopping (``attempt=False``: it does not)."""
+        error = scrub(error)
         with self._transaction() as db:
             row = db.execute(
                 "SELECT incident_id FROM jobs WHERE id = ? AND owner = ? AND status = 'running'", (job_id, owner)
@@ -602,6 +659,8 @@ class Store:
         """Record how a job ended, in one transaction: its outcome on the incident, its report, the
         lessons it used and taught; or the error that failed it. A job this owner no longer holds
         (its lease ran out and another took it) is left alone: None."""
+        error = scrub(error) if error is not None else None
+        outcome = scrub_model(outcome) if outcome is not None else None
         with self._transaction() as db:
             row = db.execute(
                 "SELECT incident_id FROM jobs WHERE id = ? AND owner = ? AND status = 'running'", (job_id, owner)
@@ -714,17 +773,17 @@ class Store:
                 where.append(f"{column} = ?")
                 args.append(value)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        with self._guard():
+        with self._reading("incident"):
             rows = self._db.execute(
                 f"SELECT {_INCIDENT_COLUMNS} FROM incidents{clause} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
                 (*args, limit, offset),
             ).fetchall()
-        return [_incident(r) for r in rows]
+            return [_incident(r) for r in rows]
 
     def incident(self, incident_id: str) -> IncidentRecord | None:
-        with self._guard():
+        with self._reading("incident"):
             row = self._db.execute(f"SELECT {_INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)).fetchone()
-        return _incident(row) if row is not None else None
+            return _incident(row) if row is not None else None
 
     def incident_charts(self, incident_id: str) -> str:
         with self._guard():

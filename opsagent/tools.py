@@ -2,21 +2,30 @@
 
 Every tool is read-only by construction (the protocols only ask questions). The toolbox validates
 arguments (a malformed call becomes a format-error observation with a hint, not an exception),
-caches identical calls, enforces the per-call timeout, and turns any source failure into an
-observation that names the source, so an investigation with a dead source still finishes.
+caches identical calls, enforces the per-call timeout and the investigation's wall-clock budget
+(a call gets no more time than the budget has left, and none once it is spent), and turns any
+source failure into an observation that names the source, so an investigation with a dead source
+still finishes. Every instance that failed is named among the sources that could not be read,
+whether or not another instance of its kind answered (:mod:`opsagent.calls`).
+
+It is also the door everything a source returns comes through: each observation is redacted
+(:func:`opsagent.redaction.scrub_model`) before a reasoner, the judge, a report, the store or a
+model can see it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from opsagent.calls import tool_call
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected, SourceError, SourceTimeout
 from opsagent.fixtures import SignalDef
@@ -30,9 +39,14 @@ from opsagent.models import (
     SourceKind,
 )
 from opsagent.observations import describe, estimate_tokens
+from opsagent.redaction import scrub_model
 from opsagent.sources import ChangesSource, LogsSource, MetricsSource, Sources, TracesSource
 
 log = structlog.get_logger("opsagent.tools")
+T = TypeVar("T")
+
+#: What a call is told when the investigation's wall-clock budget is spent before it is made.
+BUDGET_SPENT = "not called: the investigation's wall-clock budget is spent"
 
 
 class _Args(BaseModel):
@@ -109,6 +123,8 @@ class Toolbox:
     catalog: SignalCatalog
     incident: Incident
     timeout_s: float = 3.0
+    #: seconds left of the investigation's wall-clock budget (None: no budget but the per-call timeout)
+    remaining: Callable[[], float] | None = None
     calls: int = 0
     cache_hits: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -140,28 +156,76 @@ class Toolbox:
             msg = f"no {spec.kind.value} source is configured"
             self.unreadable.setdefault(spec.kind.value, msg)
             return self._record(action, spec.kind, ErrorData(error=msg))
+        limit = self.time_for_a_call()
+        if limit <= 0:
+            return self._record(action, spec.kind, ErrorData(error=BUDGET_SPENT))
         self.calls += 1
         log.debug("adapter.query", tool=spec.name, source=source.name, incident_id=self.incident.id)
-        try:
-            data = await asyncio.wait_for(self._dispatch(spec, args, source), timeout=self.timeout_s)
-        except TimeoutError:
-            err: SourceError = SourceTimeout(f"no answer within {self.timeout_s:g} s", source=source.name)
-            return self._failed(action, spec.kind, err)
-        except QueryRejected as exc:
-            return self._record(action, spec.kind, ErrorData(error=str(exc), hint=f"usage: {spec.usage()}"))
-        except SourceError as exc:
-            return self._failed(action, spec.kind, exc)
-        except Exception as exc:  # an adapter bug must not kill the investigation
-            err = SourceError(f"{type(exc).__name__}: {exc}", source=source.name)
-            return self._failed(action, spec.kind, err)
+        with tool_call(seconds=limit) as partial:
+            try:
+                data = await asyncio.wait_for(self._dispatch(spec, args, source), timeout=limit)
+            except TimeoutError:
+                err: SourceError = SourceTimeout(self._no_answer(limit), source=source.name)
+                return self._failed(action, spec.kind, err)
+            except QueryRejected as exc:
+                return self._record(action, spec.kind, ErrorData(error=str(exc), hint=f"usage: {spec.usage()}"))
+            except SourceError as exc:
+                return self._failed(action, spec.kind, exc)
+            except Exception as exc:  # an adapter bug must not kill the investigation
+                err = SourceError(f"{type(exc).__name__}: {exc}", source=source.name)
+                return self._failed(action, spec.kind, err)
+            finally:
+                self._account(partial)
         return self._record(action, spec.kind, data)
 
+    def time_for_a_call(self) -> float:
+        """The per-call timeout, or less when the wall-clock budget has less left."""
+        left = self.remaining() if self.remaining is not None else math.inf
+        return min(self.timeout_s, left)
+
+    def _no_answer(self, limit: float) -> str:
+        if limit < self.timeout_s:
+            return f"no answer within the {limit:.2g} s the wall-clock budget had left"
+        return f"no answer within {self.timeout_s:g} s"
+
+    async def bounded(self, source: str, read: Awaitable[T], default: T) -> T:
+        """A read the engine makes of a source itself (the call graph from traces), held to the same
+        limits as a tool call; ``default`` when it fails (the source is named, as for a call)."""
+        limit = self.time_for_a_call()
+        if limit <= 0:
+            if asyncio.iscoroutine(read):
+                read.close()
+            return default
+        with tool_call(seconds=limit) as partial:
+            try:
+                return await asyncio.wait_for(read, timeout=limit)
+            except TimeoutError:
+                self._unreadable(SourceTimeout(self._no_answer(limit), source=source))
+            except SourceError as exc:
+                self._unreadable(exc)
+            except Exception as exc:  # an adapter bug must not kill the investigation
+                self._unreadable(SourceError(f"{type(exc).__name__}: {exc}", source=source))
+            finally:
+                self._account(partial)
+        return default
+
+    def _account(self, partial: list[SourceError]) -> None:
+        """Instances that failed while another of their kind answered: named like the rest."""
+        for failure in partial:
+            self._unreadable(failure)
+
+    def _unreadable(self, exc: SourceError) -> None:
+        for failed in exc.instances or (exc,):
+            if failed.source not in self.unreadable:
+                log.warning("adapter.failed", source=failed.source, error=str(failed), incident_id=self.incident.id)
+            self.unreadable.setdefault(failed.source, str(failed))
+
     def _failed(self, action: Action, kind: SourceKind, exc: SourceError) -> Observation:
-        self.unreadable.setdefault(exc.source, str(exc))
-        log.warning("adapter.failed", source=exc.source, error=str(exc), incident_id=self.incident.id)
+        self._unreadable(exc)
         return self._record(action, kind, ErrorData(error=f"{exc.source} could not be read: {exc}"))
 
     def _record(self, action: Action, kind: SourceKind | None, data: ObservationData) -> Observation:
+        data = scrub_model(data)
         text = describe(data)
         obs = Observation(
             id=observation_id(action),

@@ -64,11 +64,9 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
         toolbox.call(Action(tool="logs.summary")),
     )
     graph = list(declared)
-    if toolbox.sources.traces is not None and not graph:
-        try:
-            graph = await toolbox.sources.traces.topology(incident=incident)
-        except Exception:  # topology is a nicety; the summary call already reported the source
-            graph = []
+    traces_source = toolbox.sources.traces
+    if traces_source is not None and not graph:  # a nicety: held to the call limits, [] when it fails
+        graph = await toolbox.bounded(traces_source.name, traces_source.topology(incident=incident), [])
     log_services = list(logs_all.data.by_service) if isinstance(logs_all.data, LogsData) else []
     per_service = await asyncio.gather(
         *(toolbox.call(Action(tool="logs.summary", args={"service": s})) for s in log_services)

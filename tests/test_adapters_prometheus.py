@@ -337,7 +337,7 @@ def test_record_writes_a_recorded_incident_that_replays(server: str, recording: 
     assert set(report.unreadable_sources) == {"logs", "traces"}  # not configured here
     assert sorted(p.name for p in out.iterdir()) == ["changes.jsonl", "incident.yaml", "metrics.jsonl"]
     text = "".join(p.read_text() for p in out.iterdir())
-    assert token not in text and "hunter2" not in text and "[REDACTED]" in text
+    assert token not in text and "hunter2" not in text and "[REDACTED:" in text
     header = yaml.safe_load((out / "incident.yaml").read_text())
     # Live PromQL answers are kept under their signal, and the recording says how to read them back.
     assert header["signals"]["latency_p99"] == {"query": 'opsagent:latency_p99{service="$service"}'}

@@ -27,9 +27,9 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from opsagent.llm.errors import ModelConfigError, ModelRejected, ModelUnavailable
-from opsagent.llm.redaction import Redactor, redact_messages, redactors
 from opsagent.models import PromptMessage, PromptToolCall
 from opsagent.observations import estimate_tokens
+from opsagent.redaction import Redactor, redact_messages, redactors
 from opsagent.settings import LLMSettings, ModelPrice
 
 log = structlog.get_logger("opsagent.llm")

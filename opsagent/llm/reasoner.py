@@ -29,7 +29,6 @@ from opsagent.llm.errors import BudgetRefused, ModelError, ModelRejected, ModelU
 from opsagent.llm.grounding import Rules, counted_summary
 from opsagent.llm.parsing import Reply, arg_values, extract_json, parse_text, parse_tool_reply, validation_problems
 from opsagent.llm.prompts import Prompts, default_prompts
-from opsagent.llm.redaction import redact_messages
 from opsagent.llm.toolschema import CITE, FINAL, clean_schema, resolve, tool_schemas, usage_text
 from opsagent.llm.views import (
     candidates_text,
@@ -59,6 +58,7 @@ from opsagent.models import (
 )
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import Decision, PlaybookReasoner
+from opsagent.redaction import redact_messages
 from opsagent.settings import LLMSettings
 from opsagent.triage import Triage
 

@@ -1,11 +1,11 @@
 """The webhook service: Alertmanager in, incidents and their reports out.
 
-    POST /webhook/alertmanager    a notification; 202 once it is on disk (401, 413, 422, 503)
+    POST /webhook/alertmanager    a notification; 202 once it is on disk (401, 408, 413, 415, 422, 503)
     GET  /incidents               incidents, most recent first (?status=firing|resolved, ?service=…)
     GET  /incidents/{id}          the incident and its report, JSON
     GET  /incidents/{id}.html     the report page, with charts of the cited series
     GET  /                        recent incidents
-    GET  /healthz, /readyz        alive; ready (the store answers, the dispatcher runs)
+    GET  /healthz, /readyz        alive; ready (the store can be written, the dispatcher runs)
     GET  /metrics                 the service's own Prometheus metrics
 
 :func:`create_app` wires the parts; each lives in its own module of this package.
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -28,6 +29,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 from opsagent.models import Report
 from opsagent.service.auth import Credentials
@@ -96,11 +98,21 @@ class IncidentDetail(BaseModel):
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
+def _json_media(content_type: str | None) -> bool:
+    """Whether a Content-Type says JSON (``application/json``, ``…+json``, any parameters); an
+    absent one is taken as JSON, as a client that sends a body without saying what it is means it."""
+    if content_type is None:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 class Guard:
     """Checks credentials before anything else runs. The webhook takes the webhook's credentials,
-    then its body's size is checked before anything reads it: a caller without the token costs no
-    parsing, and a body over the limit is refused as it streams in. Every other path but the health
-    probes takes the readers' credentials or the webhook's."""
+    then its body's size and type are checked before anything reads it: a caller without the token
+    costs no parsing, a body over the limit is refused as it streams in, one that is not JSON is a
+    415, and one that does not arrive within ``body_timeout_s`` a 408. Every other path but the
+    health probes takes the readers' credentials or the webhook's."""
 
     def __init__(
         self,
@@ -110,12 +122,14 @@ class Guard:
         readers: Credentials,
         max_body: int,
         metrics: ServiceMetrics,
+        body_timeout_s: float = 30.0,
     ) -> None:
         self.app = app
         self.credentials = credentials
         self.readers = readers
         self.max_body = max_body
         self.metrics = metrics
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
@@ -140,11 +154,21 @@ class Guard:
             self.metrics.rejected.labels(reason="too_large").inc()
             await _reply(send, 413, f"body over the limit of {self.max_body} bytes")
             return
+        if not _json_media(headers.get("content-type")):
+            self.metrics.rejected.labels(reason="media_type").inc()
+            await _reply(send, 415, "the body must be JSON (Content-Type: application/json), as Alertmanager sends")
+            return
         seen = 0
 
         async def counted() -> Message:
             nonlocal seen
-            message = await receive()
+            try:
+                async with asyncio.timeout(self.body_timeout_s):  # no task per read, unlike wait_for
+                    message = await receive()
+            except TimeoutError:
+                self.metrics.rejected.labels(reason="body_timeout").inc()
+                log.info("webhook.body_timeout", timeout_s=self.body_timeout_s, received_bytes=seen)
+                raise HTTPException(408, f"the body did not arrive within {self.body_timeout_s:g} s") from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body:
@@ -272,7 +296,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(
-        Guard, credentials=credentials, readers=readers, max_body=settings.max_body_bytes, metrics=metrics
+        Guard,
+        credentials=credentials,
+        readers=readers,
+        max_body=settings.max_body_bytes,
+        metrics=metrics,
+        body_timeout_s=settings.body_timeout_s,
     )
 
     @app.exception_handler(RequestValidationError)
@@ -291,7 +320,9 @@ def create_app(
 
     refusals: dict[int | str, dict[str, Any]] = {
         401: {"model": ProblemResponse, "description": "missing or wrong credentials"},
+        408: {"model": ProblemResponse, "description": "the body did not arrive in time"},
         413: {"model": ProblemResponse, "description": "body over the size limit"},
+        415: {"model": ProblemResponse, "description": "the body is not JSON"},
         422: {"model": ProblemResponse, "description": "not a version 4 Alertmanager payload; names the field"},
         503: {"model": ProblemResponse, "description": "could not be stored; Alertmanager retries"},
     }
@@ -316,7 +347,12 @@ def create_app(
         resolves it)."""
         p = current()
         started = time.perf_counter()
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:  # the sender gave up mid-body (Alertmanager retries): nothing to answer
+            metrics.rejected.labels(reason="disconnected").inc()
+            log.info("webhook.client_disconnected", client=request.client.host if request.client else None)
+            return Response(status_code=400)
         try:  # parsed and validated in one pass; the body is kept as received
             payload = WebhookPayload.model_validate_json(body)
         except ValidationError as exc:
@@ -408,13 +444,27 @@ def create_app(
         """The process answers."""
         return {"status": "ok"}
 
+    unready: list[str] = []  # the reason last reported, so a failing probe is logged once, not every time
+
     @app.get("/readyz", tags=["health"], responses={503: {"model": ProblemResponse}}, openapi_extra={"security": []})
     async def readyz() -> JSONResponse:
-        """Ready to accept: the store answers and the dispatcher runs."""
+        """Ready to accept: a notification could be written now (the accept path is tried and
+        rolled back) and the dispatcher runs."""
         p = parts
         if p is None or not p.dispatcher.alive:
             return JSONResponse(ProblemResponse(detail="not ready").model_dump(), status_code=503)
-        counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
+        try:
+            await p.writer.call(lambda store: store.check_writable())
+            counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
+        except StoreError as exc:
+            reason = f"the store cannot be written: {exc}"
+            if unready != [reason]:
+                log.error("service.not_ready", error=reason)
+                unready[:] = [reason]
+            return JSONResponse(ProblemResponse(detail=reason).model_dump(), status_code=503)
+        if unready:
+            log.info("service.ready")
+            unready.clear()
         return JSONResponse({"status": "ready", "queued": counts["queued"], "running": counts["running"]})
 
     @app.get("/metrics", tags=["health"], response_class=Response)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,9 +16,30 @@ from rich.markup import escape
 
 from opsagent.errors import UserError
 from opsagent.logconfig import configure
+from opsagent.redaction import redact_query
 from opsagent.settings import Settings, load_settings
+from opsagent.store import Store
 
 err = Console(stderr=True)
+
+
+class AccessLogRedaction(logging.Filter):
+    """uvicorn's access log, with credentials in the request target masked (a client that puts a
+    token in the query string, ``?access_token=…``, must not write it into the log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_query(args[2]), args[3], args[4])
+        return True
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's own logging set-up, with :class:`AccessLogRedaction` on the access log."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config.setdefault("filters", {})["redacted"] = {"()": AccessLogRedaction}
+    config["handlers"]["access"]["filters"] = ["redacted"]
+    return config
 
 
 def serve(
@@ -66,6 +89,8 @@ def serve(
             raise UserError(problems) from None
         if settings.fixtures_dir is not None and not settings.fixtures_dir.is_dir():
             raise UserError(f"fixtures directory {settings.fixtures_dir} does not exist")
+        with Store(settings.database) as store:  # a store that cannot be opened or written: said here, once
+            store.check_writable()
         app = create_app(settings, log_level=log_level)
     except UserError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
@@ -80,6 +105,7 @@ def serve(
         host=settings.host,
         port=settings.port,
         access_log=access_log,
+        log_config=log_config(),
         log_level=log_level.lower(),
         timeout_graceful_shutdown=10,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 OUTCOMES = ("confirmed", "probable", "inconclusive", "failed")
-REJECTIONS = ("unauthorized", "too_large", "invalid")
+REJECTIONS = ("unauthorized", "too_large", "media_type", "body_timeout", "disconnected", "invalid")
 ACTIONS = ("opened", "updated", "resolved", "ignored")
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from opsagent.incident import SERVICE_KEYS
-from opsagent.models import Alert, AlertEnd, require_labels
+from opsagent.models import Alert, AlertEnd, AlertTime, require_labels
 
 
 def _utf8(text: str) -> str:
@@ -39,7 +39,7 @@ class WebhookAlert(BaseModel):
         description="must hold at least one label, normally alertname"
     )
     annotations: LabelSet = Field(default_factory=dict)
-    starts_at: AwareDatetime = Field(alias="startsAt")
+    starts_at: AlertTime = Field(alias="startsAt")
     ends_at: AlertEnd = Field(default=None, alias="endsAt")
     generator_url: Text = Field(default="", alias="generatorURL")
     fingerprint: Text = ""
@@ -63,7 +63,8 @@ class WebhookPayload(BaseModel):
 
     version: Literal["4"]
     group_key: Text = Field(alias="groupKey", min_length=1, max_length=4096)
-    truncated_alerts: int = Field(default=0, alias="truncatedAlerts", ge=0)
+    #: Alertmanager's uint64: a count beyond it is not one it could have sent
+    truncated_alerts: int = Field(default=0, alias="truncatedAlerts", ge=0, le=2**64 - 1)
     status: Literal["firing", "resolved"]
     receiver: Text
     group_labels: LabelSet = Field(default_factory=dict, alias="groupLabels")

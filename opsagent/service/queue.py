@@ -174,6 +174,7 @@ class Dispatcher:
         self._running: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._main: asyncio.Task[None] | None = None
+        self._troubles: dict[str, str] = {}
         self.started = False
 
     @property
@@ -182,6 +183,16 @@ class Dispatcher:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def _trouble(self, event: str, exc: StoreError) -> None:
+        """A store failure of a periodic task, logged when it starts (or changes), not every tick."""
+        if self._troubles.get(event) != str(exc):
+            self._troubles[event] = str(exc)
+            log.warning(event, error=str(exc))
+
+    def _fine(self, event: str) -> None:
+        if self._troubles.pop(event, None) is not None:
+            log.info(event.replace("_failed", "_recovered"))
 
     async def start(self) -> None:
         requeued = await self.writer.call(lambda store: store.requeue_orphans(self.owner.orphaned))
@@ -228,8 +239,9 @@ class Dispatcher:
                     task = asyncio.create_task(self._execute(job), name=f"job-{job.id}")
                     self._running[job.id] = task
                     task.add_done_callback(partial(self._finished, job.id))
+                self._fine("queue.claim_failed")
             except StoreError as exc:  # a locked or failing store: try again at the next tick
-                log.warning("queue.claim_failed", error=str(exc))
+                self._trouble("queue.claim_failed", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_s)
 
@@ -260,8 +272,9 @@ class Dispatcher:
             await asyncio.sleep(self.checkpoint_s)
             try:
                 await on.call(lambda store: store.checkpoint())
+                self._fine("store.checkpoint_failed")
             except StoreError as exc:
-                log.warning("store.checkpoint_failed", error=str(exc))
+                self._trouble("store.checkpoint_failed", exc)
 
     async def _prune(self, retention_s: float) -> None:
         """Deletes incidents untouched for ``retention_s`` (with their notifications, job and report)
