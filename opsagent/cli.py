@@ -37,6 +37,7 @@ from opsagent.llm.cli import register as register_llm
 from opsagent.logconfig import configure
 from opsagent.loop import Budget
 from opsagent.models import Alert, Lesson, Report
+from opsagent.packaged import demo_incident
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner, Reasoner
@@ -86,7 +87,10 @@ def _run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=f"one of: {', '.join(STRATEGIES)}")]
-PlaybooksOpt = Annotated[Path | None, typer.Option("--playbooks", help="playbook directory")]
+PlaybooksOpt = Annotated[
+    Path | None,
+    typer.Option("--playbooks", help="playbook directory (default: playbooks_dir, else the shipped playbooks)"),
+]
 
 
 def _budget(k: int, beam: int, max_steps: int, token_budget: int, wall_s: float, timeout_s: float) -> Budget:
@@ -187,7 +191,7 @@ def investigate_cmd(
 
     async def go() -> Report:
         strategy(strategy_name)  # fail fast on a bad name
-        books = load_default_playbooks(playbooks)
+        books = load_default_playbooks(playbooks or settings.playbooks_dir)
         reasoner = _reasoner(reasoner_name, settings, books, model=model, base_url=base_url)
         view = LiveView() if live and not as_json and err.is_terminal else None
         listener = view if view is not None else None
@@ -236,6 +240,18 @@ def investigate_cmd(
     line = model_summary(report)
     if line is not None and as_json:  # the terminal report shows it; beside JSON, stderr does
         err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command(name="demo")
+def demo_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Replay the recorded incident opsagent ships with, offline: no server, no configuration, no lessons."""
+    incident = demo_incident()
+    if not as_json:
+        err.print(f"replaying the recorded incident {incident.name} shipped with opsagent", highlight=False)
+    report, _ = _run(lambda: investigate_fixture(incident, playbooks=load_default_playbooks(), now=datetime.now(UTC)))
+    _emit(report, as_json, None)
 
 
 def _reasoner(
@@ -363,7 +379,7 @@ def replay_cmd(
 
     async def go() -> Scoreboard:
         strategy(strategy_name)
-        books = load_default_playbooks(playbooks)
+        books = load_default_playbooks(playbooks or _settings().playbooks_dir)
         return await replay(
             directory,
             strategy_name=strategy_name,
@@ -430,11 +446,13 @@ def fixtures_schema(
 def playbooks_check(directory: PlaybooksOpt = None) -> None:
     """Validate playbooks; name the file and field of each error."""
     try:
-        books = load_default_playbooks(directory)
+        books = load_default_playbooks(directory or _settings().playbooks_dir)
     except UserError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
-    console.print(f"{len(books)} playbook(s) valid: {', '.join(sorted(b.id for b in books))}")
+    where = Path(books[0].source_file or ".").parent if books else directory
+    names = ", ".join(sorted(b.id for b in books))
+    console.print(f"{len(books)} playbook(s) valid in {where}: {names}", soft_wrap=True)
 
 
 # ---------------------------------------------------------------- lessons and feedback

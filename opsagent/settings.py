@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
 
     data_dir: Path = Field(default_factory=_default_data_dir, description="where the SQLite store lives")
+    playbooks_dir: Path | None = Field(
+        default=None, description="playbooks to use instead of the ones opsagent ships (a directory of *.yaml)"
+    )
     lessons_top_k: int = Field(default=3, ge=0, description="most relevant lessons retrieved per investigation")
     lessons_recent: int = Field(default=5, ge=0, description="cap on lessons retrieved, most recent included")
     llm: LLMSettings = Field(default_factory=LLMSettings, description="the LLM reasoner (environment: OPSAGENT_LLM__*)")

@@ -211,6 +211,7 @@ def create_app(
         lessons_top_k=settings.lessons_top_k,
         lessons_cap=settings.lessons_recent,
         log_level=log_level,
+        playbooks=settings.playbooks_dir,
     )
     parts: Parts | None = None
 
