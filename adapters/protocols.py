@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Protocol
 
 from adapters.readers import LogBatch, LogQuery
-from opsagent.fixtures import Change, Edge, MetricSeries, SignalDef, Span
-from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TracesData
+from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, MetricSeries, SignalDef, Span
+from opsagent.models import ChangesData, Incident, KubernetesData, LogsData, SeriesStats, TracesData
 
 
 class MetricsSource(Protocol):
@@ -52,11 +52,29 @@ class TracesSource(Protocol):
         """Call edges seen in the traces (caller service -> callee service)."""
 
 
+class KubernetesSource(Protocol):
+    """What the cluster says (read-only): pods and their containers' states, events, nodes. Rollout
+    history reaches the engine as changes, through :class:`ChangesSource`."""
+
+    name: str
+
+    async def pods(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        """A service's pods with their events and nodes; with no service, every workload counted and
+        the troubled pods, warnings and node problems listed."""
+
+    async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
+        """Events about a service's objects (or all), folded per object and reason."""
+
+    async def nodes(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        """The nodes a service's pods run on (or all), their bad conditions and their events."""
+
+
 # ---------------------------------------------------------------- readers: where live telemetry comes in
 #
 # A live source is the replay computation over raw records a *reader* fetches from a real system
-# (adapters.live). Each backend (Prometheus, Elasticsearch, git, a change feed, Jaeger, Tempo) is a
-# reader; wrappers (rate limit, recording) wrap readers, and several readers of one kind read as one.
+# (adapters.live). Each backend (Prometheus, Elasticsearch, Loki, git, a change feed, Jaeger, Tempo,
+# the Kubernetes API) is a reader; wrappers (rate limit, recording) wrap readers, and several readers
+# of one kind read as one.
 # Readers return the recorded-incident models, so what they read can be written as a fixture.
 
 
@@ -94,3 +112,10 @@ class TracesReader(Protocol):
 
     async def edges(self, *, start: datetime, end: datetime) -> list[Edge]:
         """Call edges (caller service -> callee service) seen in [start, end)."""
+
+
+class KubernetesReader(Protocol):
+    name: str
+
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        """Every object of a kind in the namespaces the reader reads, as the API serves it."""

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
+from adapters.kubernetes import replay_kubernetes
 from adapters.replay import ReplayChanges, ReplayLogs, ReplayMetrics, ReplayTraces
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.fixtures import Edge, Recording, Truth, load
@@ -63,11 +64,13 @@ SYMPTOM_SIGNAL = {
 
 def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Summariser | None = None) -> Sources:
     present = recording.present
+    kubernetes, with_rollouts = replay_kubernetes(recording)  # rollout history joins the changes
     return Sources(
         metrics=ReplayMetrics(recording, catalog) if "metrics" in present else None,
         logs=ReplayLogs(recording, summariser) if "logs" in present else None,
-        changes=ReplayChanges(recording) if "changes" in present else None,
+        changes=ReplayChanges(with_rollouts) if present & {"changes", "kubernetes"} else None,
         traces=ReplayTraces(recording) if "traces" in present else None,
+        kubernetes=kubernetes,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters.protocols import ChangesSource, LogsSource, MetricsSource, TracesSource
+from adapters.protocols import ChangesSource, KubernetesSource, LogsSource, MetricsSource, TracesSource
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected, SourceError, SourceTimeout
 from opsagent.fixtures import SignalDef
@@ -41,9 +41,10 @@ class Sources:
     logs: LogsSource | None = None
     changes: ChangesSource | None = None
     traces: TracesSource | None = None
+    kubernetes: KubernetesSource | None = None
 
     def kinds(self) -> set[SourceKind]:
-        return {SourceKind(k) for k in ("metrics", "logs", "changes", "traces") if getattr(self, k)}
+        return {k for k in SourceKind if getattr(self, k.value)}
 
 
 class _Args(BaseModel):
@@ -78,6 +79,15 @@ class TraceArgs(_Args):
     service: str | None = None
 
 
+class KubeArgs(_Args):
+    service: str | None = Field(default=None, description="a service (its pods by label or owner); none: all")
+
+
+class KubeEventArgs(_Args):
+    service: str | None = None
+    reason: str | None = Field(default=None, description="an event reason, e.g. FailedScheduling, BackOff")
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -99,6 +109,14 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec("logs.summary", SourceKind.logs, LogArgs, "summary of logs: counts, templates, new/bursting"),
         ToolSpec("changes.list", SourceKind.changes, ChangeArgs, "deploys/config changes before onset"),
         ToolSpec("traces.summary", SourceKind.traces, TraceArgs, "self-time shift, slow operations, errors"),
+        ToolSpec(
+            "kubernetes.pods",
+            SourceKind.kubernetes,
+            KubeArgs,
+            "pods: phase, restarts, why containers wait or ended (OOMKilled…), their events and nodes",
+        ),
+        ToolSpec("kubernetes.events", SourceKind.kubernetes, KubeEventArgs, "Kubernetes events, folded by reason"),
+        ToolSpec("kubernetes.nodes", SourceKind.kubernetes, KubeArgs, "nodes a service runs on: conditions, events"),
     )
 }
 
@@ -224,6 +242,15 @@ class Toolbox:
 
     async def _traces_summary(self, args: TraceArgs, source: TracesSource) -> ObservationData:
         return await source.summary(incident=self.incident, service=args.service)
+
+    async def _kubernetes_pods(self, args: KubeArgs, source: KubernetesSource) -> ObservationData:
+        return await source.pods(incident=self.incident, service=args.service)
+
+    async def _kubernetes_events(self, args: KubeEventArgs, source: KubernetesSource) -> ObservationData:
+        return await source.events(incident=self.incident, service=args.service, reason=args.reason)
+
+    async def _kubernetes_nodes(self, args: KubeArgs, source: KubernetesSource) -> ObservationData:
+        return await source.nodes(incident=self.incident, service=args.service)
 
 
 def _format_error(message: str, hint: str | None = None) -> ErrorData:

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from opsagent.fixtures import Edge
+from opsagent.kubestate import signs
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
     Action,
     ChangeRecord,
     ChangesData,
     Incident,
+    KubernetesData,
     LogsData,
     MetricsData,
     Observation,
@@ -43,6 +45,8 @@ TRAFFIC = "signal:request_rate:"
 FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
 #: How much of a caller's failures a dependency that only slowed down explains (timeouts).
 SLOW_EXPLAINS_FAILING = 0.5
+#: The most a component's Kubernetes signs (OOM kills, crash loops…, see opsagent.kubestate) add to its score.
+KUBE_CAP = 1.5
 
 
 class ComponentProfile(BaseModel):
@@ -126,11 +130,12 @@ class Profile:
 
 
 async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> Triage:
-    scan, changes, traces, logs_all = await asyncio.gather(
+    scan, changes, traces, logs_all, *kube = await asyncio.gather(
         toolbox.call(Action(tool="metrics.scan")),
         toolbox.call(Action(tool="changes.list", args={"before_min": 60})),
         toolbox.call(Action(tool="traces.summary")),
         toolbox.call(Action(tool="logs.summary")),
+        *([toolbox.call(Action(tool="kubernetes.pods"))] if toolbox.sources.kubernetes is not None else []),
     )
     graph = list(declared)
     if toolbox.sources.traces is not None and not graph:
@@ -142,7 +147,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     per_service = await asyncio.gather(
         *(toolbox.call(Action(tool="logs.summary", args={"service": s})) for s in log_services)
     )
-    used = [scan, changes, traces, logs_all, *per_service]
+    used = [scan, changes, traces, logs_all, *kube, *per_service]
     profiles = profiles_from(used, incident)
     _add_caller_features(profiles, graph)
     called = {e.callee for e in graph}
@@ -189,6 +194,9 @@ def profiles_from(observations: list[Observation], incident: Incident) -> dict[s
             _change_features(profiles, obs, data, incident)
         elif isinstance(data, LogsData) and data.service is not None:
             _log_features(profiles[data.service], obs, data, incident)
+        elif isinstance(data, KubernetesData):
+            for service, feature, magnitude, why in signs(data, onset=incident.onset):
+                profiles[service].add(feature, magnitude, obs, why)
     return profiles
 
 
@@ -250,6 +258,8 @@ def _has_data(obs: Observation) -> bool:
         return d.total > 0
     if isinstance(d, TracesData):
         return bool(d.services)
+    if isinstance(d, KubernetesData):
+        return bool(d.workloads or d.events)
     return isinstance(d, ChangesData)
 
 
@@ -285,6 +295,7 @@ def _own_score(features: dict[str, float], *, called: bool = False) -> float:
     score += features.get("trace:self_time_up", 0.0) * 1.5 + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in features.items() if k.startswith("log:")), 2.0)
     score += min(sum(v for k, v in features.items() if k.startswith("change:")), 0.5)
+    score += min(sum(v for k, v in features.items() if k.startswith("kube:")), KUBE_CAP)
     return score
 
 

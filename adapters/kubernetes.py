@@ -1,0 +1,423 @@
+"""Kubernetes, read-only: pods, events, nodes, Deployments, ReplicaSets and Argo Rollouts.
+
+The client is kr8s (async, on httpx; lightkube 1.x moved to the httpx2 fork, which respx cannot
+serve in tests). kr8s does what is hard to get right by hand: kubeconfig contexts, exec credential
+plugins, client certificates, and the pod's service-account token. This module adds the guard that
+makes the client read-only whatever code path asks it for something: every request passes
+:func:`refuse_unless_read` before it leaves the process, which lets through only ``GET`` (get, list,
+watch) of the resources listed in :data:`READABLE`, so no create, update, patch, delete, exec,
+attach, port-forward, proxy, log or secret read can be sent (``tests/test_adapters_kubernetes.py``
+proves it for every verb).
+
+* :class:`KubernetesReader` lists objects of one kind (a :class:`adapters.protocols.KubernetesReader`);
+  :class:`RecordedObjects` serves a recorded incident's objects the same way.
+* :class:`KubernetesState` is the Kubernetes source (:class:`adapters.protocols.KubernetesSource`)
+  over either: one read of the cluster per investigation, computed by :mod:`opsagent.kubestate`.
+* :class:`RolloutChanges` is a changes reader over the same read: rollout history as changes.
+
+Env values in pod specs are replaced by a digest at the boundary (a change still shows, a secret
+set as a plain env value never does), and ``managedFields`` and the last-applied annotation (a copy
+of the whole spec) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s.asyncio
+import structlog
+from kr8s.asyncio.objects import APIObject, DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, StatefulSet, new_class
+
+from adapters.boundary import HTTPX_ERRORS, MALFORMED, ErrorTable, error_text, status_error, translate
+from adapters.protocols import KubernetesReader as KubernetesReaderProtocol
+from opsagent.errors import (
+    MalformedResponse,
+    NotReadOnly,
+    SourceAuthFailed,
+    SourceError,
+    SourceTimeout,
+    SourceUnavailable,
+)
+from opsagent.fixtures import KUBE_KINDS, Change, KubeKind, KubeObject, Recording
+from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
+from opsagent.models import Incident, KubernetesData
+
+log = structlog.get_logger("opsagent.adapters")
+
+Rollout = new_class("Rollout.argoproj.io/v1alpha1", namespaced=True, asyncio=True, plural="rollouts")
+
+#: The kr8s class each kind is listed with.
+CLASSES: dict[KubeKind, type[APIObject]] = {
+    "Pod": Pod,
+    "Event": Event,
+    "Node": Node,
+    "Deployment": Deployment,
+    "ReplicaSet": ReplicaSet,
+    "StatefulSet": StatefulSet,
+    "DaemonSet": DaemonSet,
+    "Rollout": Rollout,
+}
+#: The kinds read for one investigation; pods are required, the rest make it better.
+READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "Rollout")
+
+_NS = r"(?:/namespaces/[a-z0-9][-a-z0-9.]*)?"
+_NAME = r"(?:/[a-z0-9][-a-z0-9.]*)?"
+#: Every path the client may GET: discovery and version, and the collections (or one object) of the
+#: kinds above. No subresource (exec, attach, portforward, proxy, log, status…), no secrets.
+READABLE = re.compile(
+    r"^/(?:version|api|apis|apis/[a-z0-9.-]+(?:/v[0-9a-z]+)?"
+    rf"|api/v1{_NS}/(?:pods|events){_NAME}"
+    rf"|api/v1/nodes{_NAME}"
+    rf"|apis/apps/v1{_NS}/(?:deployments|replicasets|statefulsets|daemonsets){_NAME}"
+    rf"|apis/events\.k8s\.io/v1{_NS}/events{_NAME}"
+    rf"|apis/argoproj\.io/v1alpha1{_NS}/rollouts{_NAME})/?$"
+)
+_READ_PARAMS = frozenset(
+    {
+        "limit",
+        "continue",
+        "labelSelector",
+        "fieldSelector",
+        "watch",
+        "resourceVersion",
+        "resourceVersionMatch",
+        "allowWatchBookmarks",
+        "timeoutSeconds",
+        "sendInitialEvents",
+    }
+)
+
+
+def refuse_unless_read(request: httpx.Request) -> None:
+    """Stop any request but a GET (get, list, watch) of a readable resource, before it is sent."""
+    path = request.url.path
+    if request.method != "GET":
+        raise NotReadOnly(
+            f"{request.method} {path} refused: opsagent only reads (get, list, watch)",
+            source="kubernetes",
+            query=f"{request.method} {path}",
+        )
+    if not READABLE.match(path):
+        raise NotReadOnly(f"GET {path} refused: not a resource opsagent reads", source="kubernetes", query=path)
+    odd = sorted(set(request.url.params) - _READ_PARAMS)
+    if odd:
+        raise NotReadOnly(
+            f"GET {path} refused: parameters {', '.join(odd)} are not read parameters",
+            source="kubernetes",
+            query=str(request.url),
+        )
+    if "upgrade" in request.headers:  # a websocket (exec, attach) is never opened
+        raise NotReadOnly(f"GET {path} refused: no connection upgrades", source="kubernetes", query=path)
+
+
+async def _guard(request: httpx.Request) -> None:
+    refuse_unless_read(request)
+
+
+class ReadOnlyApi(kr8s.asyncio.Api):
+    """kr8s's API whose every HTTP session passes the read-only guard.
+
+    kr8s builds its httpx session itself (and again after re-authenticating), so the guard is put on
+    each session it builds, as an httpx request hook: a refused request raises before any byte is sent.
+    """
+
+    async def _create_session(self) -> None:
+        await super()._create_session()
+        assert self._session is not None
+        hooks = self._session.event_hooks
+        self._session.event_hooks = {"request": [_guard, *hooks["request"]], "response": hooks["response"]}
+
+
+async def open_api(
+    *,
+    auth: str = "auto",
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    serviceaccount: Path = Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+    url: str | None = None,
+    timeout_s: float = 10.0,
+) -> ReadOnlyApi:
+    """A guarded kr8s API authenticated from a kubeconfig, the pod's service account, or either.
+
+    kr8s reads a kubeconfig whenever one is named or found; in-cluster-only auth therefore names one
+    that cannot exist (inside the read-only service-account mount), and kubeconfig-only auth gives it
+    no service-account directory."""
+    kwargs: dict[str, Any] = {"context": context, "url": url}
+    if auth == "in_cluster":
+        kwargs.update(kubeconfig=str(serviceaccount / ".no-kubeconfig"), serviceaccount=str(serviceaccount))
+    elif auth == "kubeconfig":
+        kwargs.update(kubeconfig=str(kubeconfig) if kubeconfig else None, serviceaccount="")
+    else:
+        kwargs.update(kubeconfig=str(kubeconfig) if kubeconfig else None, serviceaccount=str(serviceaccount))
+    api = ReadOnlyApi(bypass_factory=True, **kwargs)
+    api.timeout = timeout_s
+    await api
+    return api
+
+
+# ---------------------------------------------------------------- errors at the boundary
+
+#: kr8s's own exceptions (``kr8s._exceptions``), then httpx's (kr8s lets them through), then parsing.
+ERRORS: ErrorTable = (
+    (kr8s.APITimeoutError, SourceTimeout),
+    (kr8s.ConnectionClosedError, SourceUnavailable),
+    (kr8s.NotFoundError, SourceUnavailable),
+    (kr8s.ExecError, SourceUnavailable),
+    (kr8s.ServerError, SourceUnavailable),
+    (OSError, SourceUnavailable),  # a kubeconfig or token file that cannot be read, TLS files
+    *HTTPX_ERRORS,
+    *MALFORMED,  # ValueError: kr8s's "Unable to find valid credentials", a context that does not exist
+)
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    return response.status_code if isinstance(response, httpx.Response) else None
+
+
+def kube_error(exc: BaseException, *, source: str, query: str) -> SourceError:
+    """The project error for anything the client raised."""
+    if isinstance(exc, SourceError):
+        return exc
+    status = _status(exc)
+    if status is not None:
+        body = exc.response.content if isinstance(exc.response, httpx.Response) else b""  # type: ignore[attr-defined]
+        return status_error(status)(f"HTTP {status}: {error_text(body)}", source=source, query=query)
+    if isinstance(exc, ValueError) and "credentials" in str(exc):
+        return SourceAuthFailed(f"no Kubernetes credentials: {exc}", source=source, query=query)
+    if isinstance(exc, ValueError) and "context" in str(exc):
+        return SourceUnavailable(str(exc), source=source, query=query)
+    return translate(exc, ERRORS, source=source, query=query)
+
+
+# ---------------------------------------------------------------- readers
+
+
+def scrub(raw: dict[str, Any]) -> dict[str, Any]:
+    """An object without what opsagent must not keep: env values (digested), managed fields, and
+    the last-applied copy of the spec."""
+    meta = raw.get("metadata") or {}
+    meta.pop("managedFields", None)
+    (meta.get("annotations") or {}).pop("kubectl.kubernetes.io/last-applied-configuration", None)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                if k == "env" and isinstance(v, list):
+                    out[k] = [_digest_env(e) for e in v]
+                else:
+                    out[k] = walk(v)
+            return out
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(raw)
+
+
+def _digest_env(entry: Any) -> Any:
+    if isinstance(entry, dict) and isinstance(entry.get("value"), str):
+        digest = hashlib.sha256(entry["value"].encode()).hexdigest()[:12]
+        return {**entry, "value": f"sha256:{digest}"}
+    return entry
+
+
+class KubernetesReader:
+    """Objects of one kind in the namespaces it reads (all, when none are named), through kr8s."""
+
+    def __init__(
+        self,
+        api: Callable[[], Awaitable[kr8s.asyncio.Api]],
+        *,
+        name: str,
+        namespaces: Sequence[str] = (),
+        argo_rollouts: bool = True,
+    ) -> None:
+        self._open = api
+        self._api: kr8s.asyncio.Api | None = None
+        self._lock = asyncio.Lock()
+        self.name = f"kubernetes:{name}"
+        self.namespaces = list(namespaces)
+        self.argo_rollouts = argo_rollouts
+
+    async def api(self) -> kr8s.asyncio.Api:
+        async with self._lock:
+            if self._api is None:
+                try:
+                    self._api = await self._open()
+                except Exception as exc:
+                    raise kube_error(exc, source=self.name, query="authenticate") from exc
+            return self._api
+
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        if kind == "Rollout" and not self.argo_rollouts:
+            return []
+        cls = CLASSES[kind]
+        api = await self.api()
+        spaces: list[str | None] = list(self.namespaces) if self.namespaces and cls.namespaced else [kr8s.ALL]
+        started = time.perf_counter()
+        out: list[KubeObject] = []
+        for ns in spaces:
+            query = f"list {kind} in {ns if ns != kr8s.ALL else 'all namespaces'}"
+            try:
+                async for raw in api.async_get(cls, namespace=ns, raw=True, allow_unknown_type=False):
+                    out.append(self._object(kind, cls, raw, query))
+            except Exception as exc:
+                if kind == "Rollout" and _status(exc) == 404:
+                    return []  # Argo Rollouts is not installed in this cluster
+                raise kube_error(exc, source=self.name, query=query) from exc
+        log.debug(
+            "adapter.query",
+            source=self.name,
+            kind=kind,
+            objects=len(out),
+            ms=round((time.perf_counter() - started) * 1000),
+        )
+        return out
+
+    def _object(self, kind: KubeKind, cls: type[APIObject], raw: Any, query: str) -> KubeObject:
+        if not isinstance(raw, dict):
+            raise MalformedResponse(f"a {kind} list item is not an object", source=self.name, query=query)
+        raw.setdefault("kind", kind)  # items of a list carry neither kind nor apiVersion
+        raw.setdefault("apiVersion", cls.version)
+        try:
+            return KubeObject.model_validate(scrub(raw))
+        except ValueError as exc:
+            raise MalformedResponse(f"not a {kind}: {exc}", source=self.name, query=query) from exc
+
+    async def version(self) -> dict[str, Any]:
+        """The server's version (for ``opsagent doctor``)."""
+        api = await self.api()
+        try:
+            return dict(await api.async_version())
+        except Exception as exc:
+            raise kube_error(exc, source=self.name, query="GET /version") from exc
+
+    async def aclose(self) -> None:
+        session = getattr(self._api, "_session", None)
+        if isinstance(session, httpx.AsyncClient):
+            await session.aclose()
+
+
+class RecordedObjects:
+    """A recorded incident's Kubernetes objects, served as a reader serves a cluster's."""
+
+    name = "kubernetes:replay"
+
+    def __init__(self, objects: Sequence[KubeObject]) -> None:
+        self._objects = list(objects)
+
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        return [o for o in self._objects if o.kind == kind]
+
+
+# ---------------------------------------------------------------- the source
+
+
+class KubernetesState:
+    """The Kubernetes source: one read of the cluster per investigation (its objects are a snapshot
+    of now; reading them again per question would let answers disagree), computed by kubestate."""
+
+    def __init__(
+        self,
+        reader: KubernetesReaderProtocol,
+        *,
+        service_labels: Sequence[str] = SERVICE_LABELS,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.reader = reader
+        self.name = reader.name
+        self.service_labels = tuple(service_labels)
+        self._now = now or (lambda: datetime.now(UTC))
+        self._read: asyncio.Task[tuple[Cluster, datetime, list[str]]] | None = None
+
+    async def cluster(self) -> tuple[Cluster, datetime, list[str]]:
+        """The cluster as read, when, and the kinds that could not be read (with why)."""
+        if self._read is None:
+            self._read = asyncio.ensure_future(self._read_all())
+        return await self._read
+
+    async def _read_all(self) -> tuple[Cluster, datetime, list[str]]:
+        at = self._now()
+        answers = await asyncio.gather(*(self.reader.objects(kind=k) for k in READ), return_exceptions=True)
+        objects: list[KubeObject] = []
+        unread: list[str] = []
+        for kind, answer in zip(READ, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if kind == "Pod" or not isinstance(answer, SourceError):
+                    raise answer  # without pods there is nothing to say
+                unread.append(f"{kind}: {answer}")
+                log.warning("adapter.partial", source=self.name, kind=kind, error=str(answer))
+            else:
+                objects.extend(answer)
+        return Cluster(objects, service_labels=self.service_labels), at, unread
+
+    async def pods(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        cluster, at, unread = await self.cluster()
+        data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
+        return data.model_copy(update={"unread": unread}) if unread else data
+
+    async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
+        cluster, at, unread = await self.cluster()
+        data = events_view(cluster, service=service, reason=reason, read_at=at)
+        return data.model_copy(update={"unread": unread}) if unread else data
+
+    async def nodes(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        cluster, at, unread = await self.cluster()
+        data = nodes_view(cluster, service=service, read_at=at)
+        return data.model_copy(update={"unread": unread}) if unread else data
+
+
+def replay_kubernetes(recording: Recording) -> tuple[KubernetesState | None, Recording]:
+    """A recorded incident's Kubernetes source (read as of the end of its window), and the recording
+    with the rollout history of its objects among its changes (a change recorded both ways once)."""
+    if "kubernetes" not in recording.present:
+        return None, recording
+    state = KubernetesState(RecordedObjects(recording.kubernetes), now=lambda: recording.window.end)
+    known = {c.id for c in recording.changes}
+    rollouts = [c for c in rollout_changes(Cluster(recording.kubernetes)) if c.id not in known]
+    return state, recording.model_copy(update={"changes": [*recording.changes, *rollouts]})
+
+
+class RolloutChanges:
+    """Rollout history (Deployments' and Argo Rollouts' ReplicaSets) as a changes reader, over the
+    same read of the cluster as the Kubernetes source."""
+
+    def __init__(self, state: KubernetesState) -> None:
+        self.state = state
+        self.name = "changes:" + state.name.split(":", 1)[-1]
+
+    async def changes(self, *, start: datetime, end: datetime, service: str | None) -> list[Change]:
+        try:
+            cluster, _, _ = await self.state.cluster()
+        except SourceError as exc:
+            raise type(exc)(str(exc), source=self.name, query=exc.query) from exc
+        return [
+            c for c in rollout_changes(cluster) if start <= c.ts <= end and (service is None or c.service == service)
+        ]
+
+
+__all__ = [
+    "CLASSES",
+    "ERRORS",
+    "KUBE_KINDS",
+    "KubernetesReader",
+    "KubernetesState",
+    "ReadOnlyApi",
+    "RecordedObjects",
+    "RolloutChanges",
+    "kube_error",
+    "open_api",
+    "refuse_unless_read",
+    "replay_kubernetes",
+]
