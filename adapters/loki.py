@@ -15,6 +15,7 @@ Read-only: it only sends GET to ``/loki/api/v1/query_range``, ``/loki/api/v1/que
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -43,6 +44,10 @@ def logql_string(value: str) -> str:
 
 def _ns(ts: datetime) -> int:
     return int(ts.timestamp() * _NS)
+
+
+def _seconds(period: TimeRange) -> int:
+    return max(int(period.end.timestamp() - period.start.timestamp()), 1)
 
 
 class LokiReader:
@@ -135,8 +140,8 @@ class LokiReader:
         start, end = _ns(period.start), _ns(period.end)
         seen_at_start: set[tuple[int, str, str]] = set()
         text = self.log_query(query)
+        limit = min(self.page_size, budget)
         while len(out) < budget:
-            limit = min(self.page_size, budget - len(out))
             data = await self._get(
                 "/loki/api/v1/query_range",
                 {"query": text, "start": start, "end": end, "limit": limit, "direction": "forward"},
@@ -147,24 +152,24 @@ class LokiReader:
                     f"expected streams, got {data.get('resultType')!r}", source=self.name, query=text, window=window
                 )
             entries = sorted(
-                (
-                    (int(ts), line, stream)
-                    for s in data["result"]
-                    for stream in (s["stream"],)
-                    for ts, line, *_ in s["values"]
-                ),
+                ((int(ts), line, s["stream"]) for s in data["result"] for ts, line, *_ in s["values"]),
                 key=lambda e: e[0],
             )
             fresh = [e for e in entries if (e[0], e[1], str(sorted(e[2].items()))) not in seen_at_start]
             out.extend(self._record(ts, line, stream, query) for ts, line, stream in fresh[: budget - len(out)])
             if len(entries) < limit:
                 return out, True
-            # The next page starts at the last timestamp (end is exclusive, start inclusive): lines
-            # already read at that nanosecond are skipped, none are lost.
+            if not fresh:
+                # Every line of the page shares the nanosecond it started at: only a larger page gets past it.
+                if limit >= budget - len(out) + len(seen_at_start):
+                    return out, False
+                limit = min(limit * 2, budget - len(out) + len(seen_at_start))
+                continue
+            # The next page starts at the last timestamp (start is inclusive): the lines already read at
+            # that nanosecond are skipped, none are lost.
             start = entries[-1][0]
             seen_at_start = {(ts, line, str(sorted(st.items()))) for ts, line, st in entries if ts == start}
-            if not fresh:  # a whole page at one nanosecond: more lines than the page holds at one instant
-                return out, False
+            limit = min(self.page_size, budget - len(out) + len(seen_at_start))
         return out, False
 
     def _record(self, ts: int, line: str, stream: Mapping[str, str], query: LogQuery) -> LogRecord:
@@ -181,29 +186,20 @@ class LokiReader:
     async def _counts(self, query: LogQuery, *, window: tuple[datetime, datetime]) -> LogCounts:
         """Exact counts from LogQL metric queries: what the capped lines cannot say."""
         lb = self.labels
-        w_s = max(int(query.window.end.timestamp() - query.window.start.timestamp()), 1)
-        b_s = max(int(query.baseline.end.timestamp() - query.baseline.start.timestamp()), 1)
-        by_level = await self._instant(self.count_query(query, lb.level, w_s), query.window.end, lb.level, window)
-        by_service = await self._instant(self.count_query(query, lb.service, w_s), query.window.end, lb.service, window)
-        base = await self._instant(self.count_query(query, None, b_s), query.baseline.end, None, window)
-        step = query.bucket_s
-        data = await self._get(
-            "/loki/api/v1/query_range",
-            {
-                "query": self.count_query(query, lb.level, step),
-                # A value at t counts (t - step, t]: the bucket that starts at t - step.
-                "start": _ns(query.start) + step * _NS,
-                "end": _ns(query.end),
-                "step": f"{step}s",
-            },
-            window=window,
+        by_level = await self._instant(
+            self.count_query(query, lb.level, _seconds(query.window)), query.window.end, lb.level, window
+        )
+        by_service = await self._instant(
+            self.count_query(query, lb.service, _seconds(query.window)), query.window.end, lb.service, window
+        )
+        base = await self._instant(
+            self.count_query(query, None, _seconds(query.baseline)), query.baseline.end, None, window
         )
         buckets: dict[float, dict[str, int]] = {}
-        for series in data["result"]:
-            level = (series["metric"].get(lb.level) if lb.level else None) or "unknown"
-            for stamp, value in series["values"]:
-                bucket = buckets.setdefault(float(stamp) - step, {})
-                bucket[level] = bucket.get(level, 0) + int(float(value))
+        for period in (query.baseline, query.window):
+            for t, level, n in await self._buckets(query, period, window):
+                bucket = buckets.setdefault(t, {})
+                bucket[level] = bucket.get(level, 0) + n
         return LogCounts(
             total=sum(by_level.values()) + sum(base.values()),
             window_by_level=by_level,
@@ -213,6 +209,47 @@ class LokiReader:
                 for t, levels in sorted(buckets.items())
             ],
         )
+
+    async def _buckets(
+        self, query: LogQuery, period: TimeRange, window: tuple[datetime, datetime]
+    ) -> list[tuple[float, str, int]]:
+        """(bucket start, level, lines) over one period, buckets on the query's grid (as the summariser's).
+
+        A value of ``count_over_time(…[step])`` at t counts (t - step, t]: evaluated at the grid's ends
+        inside the period, and for the part of a bucket the period cuts, an instant query of that part."""
+        lb = self.labels
+        step = query.bucket_s
+        grid0 = query.start.timestamp()
+        lo, hi = period.start.timestamp(), period.end.timestamp()
+        a = grid0 + math.ceil((lo - grid0) / step) * step  # the first bucket start inside the period
+        b = grid0 + math.floor((hi - grid0) / step) * step  # the last bucket start inside it
+        out: list[tuple[float, str, int]] = []
+        if b >= a + step:  # whole buckets [a, b): one range query, evaluated at each bucket's end
+            data = await self._get(
+                "/loki/api/v1/query_range",
+                {
+                    "query": self.count_query(query, lb.level, step),
+                    "start": int((a + step) * _NS),
+                    "end": int(b * _NS),
+                    "step": f"{step}s",
+                },
+                window=window,
+            )
+            for series in data["result"]:
+                level = (series["metric"].get(lb.level) if lb.level else None) or "unknown"
+                for stamp, value in series["values"]:
+                    out.append((float(stamp) - step, level, int(float(value))))
+        parts = []  # (bucket start, evaluation time, range) of buckets the period cuts
+        if lo < a or a > hi:
+            parts.append((a - step, min(a, hi), min(a, hi) - lo))
+        if a <= b < hi:
+            parts.append((b, hi, hi - b))
+        for bucket_start, at, range_s in parts:
+            if range_s >= 1:
+                text = self.count_query(query, lb.level, round(range_s))
+                counts = await self._instant(text, datetime.fromtimestamp(at, tz=UTC), lb.level, window)
+                out.extend((bucket_start, level, n) for level, n in counts.items())
+        return out
 
     async def _instant(
         self, text: str, at: datetime, label: str | None, window: tuple[datetime, datetime]

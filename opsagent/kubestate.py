@@ -455,13 +455,11 @@ def _change(
     changed = [ln for ln in lines if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     service = cluster.service_of(after.rs)
     if moved:
-        summary = f"{kind} {name} revision {before.number} -> {after.number}: " + ", ".join(
-            f"{c} {a or '?'} -> {b}" for c, (a, b) in moved.items()
-        )
+        summary = f"{kind} {name}: " + ", ".join(f"{c} {a or '?'} -> {b}" for c, (a, b) in moved.items())
         frm, to = _tag(next(iter(moved.values()))[0]), _tag(next(iter(moved.values()))[1])
     else:
         shown = "; ".join(f"{a[2:]} -> {b.split(': ', 1)[-1]}" for a, b in _pairs(changed)) or "pod template changed"
-        summary = f"{kind} {name} revision {before.number} -> {after.number}: {shown}"
+        summary = f"{kind} {name} pod template: {shown}"
         frm, to = f"revision {before.number}", f"revision {after.number}"
     header = f"--- {kind} {namespace}/{name} revision {before.number} (pod template)\n"
     header += f"+++ {kind} {namespace}/{name} revision {after.number}\n"
@@ -515,12 +513,12 @@ def _tag(image: str | None) -> str | None:
 
 def _flat(value: Any, prefix: str = "") -> list[str]:
     """A pod template as sorted ``path: value`` lines; containers keyed by name, so a diff reads
-    ``containers[cart].resources.limits.memory: 512Mi``."""
+    ``containers(cart).resources.limits.memory: 512Mi`` (no square brackets: reports render markup)."""
     if isinstance(value, dict):
         return [line for k in sorted(value) for line in _flat(value[k], f"{prefix}.{k}" if prefix else str(k))]
     if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
         return [
-            line for v in value for line in _flat({k: x for k, x in v.items() if k != "name"}, f"{prefix}[{v['name']}]")
+            line for v in value for line in _flat({k: x for k, x in v.items() if k != "name"}, f"{prefix}({v['name']})")
         ]
     if isinstance(value, list):
         return [line for i, v in enumerate(value) for line in _flat(v, f"{prefix}[{i}]")]
