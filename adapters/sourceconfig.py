@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Kind = Literal["prometheus", "elasticsearch", "loki", "git", "change_feed", "jaeger", "tempo", "kubernetes"]
+Kind = Literal[
+    "prometheus", "elasticsearch", "loki", "git", "change_feed", "jaeger", "tempo", "kubernetes", "alertmanager"
+]
 Secret = Literal["token", "password", "api_key"]
 ChangeKind = Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
 TimeFormat = Literal["rfc3339", "unix", "unix_ms"]
@@ -289,6 +291,14 @@ class KubernetesConfig(SourceConfig):
     argo_rollouts: bool = Field(default=True, description="read Argo Rollouts' history too (where the CRD exists)")
 
 
+class AlertmanagerConfig(HttpSourceConfig):
+    """The Alertmanager ``opsagent alerts`` and ``investigate --alert`` read what is firing from (its v2
+    API). Not a telemetry source: a source of triggers. Token or password: ``OPSAGENT_ALERTMANAGER_MAIN_*``."""
+
+    kind: Kind = "alertmanager"
+    name: str = "main"
+
+
 AnySourceConfig = (
     PrometheusConfig
     | ElasticsearchConfig
@@ -317,7 +327,7 @@ class SourcesConfig(BaseModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> SourcesConfig:
-        for kind in get_args(Kind):
+        for kind in type(self).model_fields:
             names = [c.name for c in getattr(self, kind)]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:

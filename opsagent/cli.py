@@ -27,6 +27,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.config import sources_from_settings
+from opsagent.alerts_cli import AlertmanagerOpt, alertmanager, trigger
+from opsagent.alerts_cli import register as register_alerts
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
 from opsagent.fixtures import validate, write_json_schemas
 from opsagent.lessons import finalised as lesson_finalised
@@ -48,6 +50,7 @@ from opsagent.settings import Settings, load_settings
 from opsagent.sources_cli import register as register_source_commands
 from opsagent.store import Store, StoreError
 from opsagent.strategies import STRATEGIES, strategy
+from opsagent.triggers import ad_hoc_alert, duration, moment, symptom
 
 app = typer.Typer(
     help="Incident root-cause analysis for on-call engineers. Read-only.",
@@ -62,6 +65,7 @@ lessons_app = typer.Typer(help="Lessons: list, show, edit, rm, export, import.",
 app.add_typer(lessons_app, name="lessons")
 register_llm(app)  # opsagent prompts REPORT.json
 register_serve(app)  # opsagent serve
+register_alerts(app)  # opsagent alerts
 
 console = Console()
 err = Console(stderr=True)
@@ -156,7 +160,29 @@ def _emit(report: Report, as_json: bool, markdown: Path | None) -> None:
 
 @app.command(name="investigate")
 def investigate_cmd(
-    target: Annotated[Path, typer.Argument(help="a recorded incident directory, or an alert file (YAML/JSON)")],
+    target: Annotated[
+        Path | None, typer.Argument(help="a recorded incident directory, or an alert file (YAML/JSON)")
+    ] = None,
+    alert_fingerprint: Annotated[
+        str | None, typer.Option("--alert", help="investigate this alert firing in Alertmanager (see opsagent alerts)")
+    ] = None,
+    from_alertmanager: Annotated[
+        str | None,
+        typer.Option("--from-alertmanager", help="the alert firing in Alertmanager that matches, e.g. 'alertname=X'"),
+    ] = None,
+    alertmanager_url: AlertmanagerOpt = None,
+    service: Annotated[
+        str | None, typer.Option("--service", help="ask about a service directly: no alert needed")
+    ] = None,
+    symptom_name: Annotated[
+        str | None, typer.Option("--symptom", help="with --service: latency, errors, saturation or availability")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="with --service: the symptom began this long ago (30m, 2h)")
+    ] = None,
+    at: Annotated[
+        str | None, typer.Option("--at", help="with --service: the symptom began then (2026-03-17T14:02:00Z, 14:02)")
+    ] = None,
     strategy_name: StrategyOpt = "hybrid",
     k: Annotated[int, typer.Option("--k", help="hypotheses proposed per round")] = 5,
     beam: Annotated[int, typer.Option("--beam", help="hypotheses verified at once")] = 2,
@@ -183,7 +209,19 @@ def investigate_cmd(
         bool, typer.Option("--show-prompts", help="print every prompt sent to the model and its reply")
     ] = False,
 ) -> None:
-    """Investigate one incident and print the root cause, its evidence and what was ruled out."""
+    """Investigate one incident and print the root cause, its evidence and what was ruled out.
+
+    The trigger is one of: a recorded incident or alert file; an alert firing in Alertmanager
+    (--alert, --from-alertmanager); or a question (--service with --symptom, --since or --at)."""
+    asked = _ad_hoc(service, symptom_name, since, at)
+    chosen = [x for x in (target, alert_fingerprint, from_alertmanager, service) if x is not None]
+    if len(chosen) != 1:
+        err.print(
+            "[bold red]error:[/] give one trigger: a recorded incident or alert file, --alert FINGERPRINT, "
+            "--from-alertmanager MATCHERS, or --service S --symptom …",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
     budget = _budget(k, beam, max_steps, token_budget, wall_s, timeout_s)
     settings = _settings()
     store = _open_store_or_warn(settings) if use_lessons else None
@@ -198,7 +236,7 @@ def investigate_cmd(
         if view is not None:
             view.live.start()
         try:
-            if target.is_dir():
+            if target is not None and target.is_dir():
                 report, _ = await investigate_fixture(
                     target,
                     playbooks=books,
@@ -210,7 +248,13 @@ def investigate_cmd(
                     now=datetime.now(UTC),
                 )
                 return report
-            alert = _load_alert(target)
+            if target is not None:
+                alert = _load_alert(target)
+            elif asked is not None:
+                alert = asked
+            else:
+                client = alertmanager(settings, alertmanager_url)
+                alert = await trigger(client, fingerprint=alert_fingerprint, asked=from_alertmanager)
             async with sources_from_settings(settings) as configured:  # none configured: all unreadable
                 return await investigate(
                     alert,
@@ -228,7 +272,7 @@ def investigate_cmd(
             if view is not None:
                 view.live.stop()
 
-    if not target.exists():
+    if target is not None and not target.exists():
         err.print(f"[bold red]error:[/] {target}: no such file or directory")
         raise typer.Exit(2)
     report = _run(go)
@@ -252,6 +296,29 @@ def demo_cmd(
         err.print(f"replaying the recorded incident {incident.name} shipped with opsagent", highlight=False)
     report, _ = _run(lambda: investigate_fixture(incident, playbooks=load_default_playbooks(), now=datetime.now(UTC)))
     _emit(report, as_json, None)
+
+
+def _ad_hoc(service: str | None, symptom_name: str | None, since: str | None, at: str | None) -> Alert | None:
+    """The alert a question on the command line stands for; None when none was asked."""
+    if service is None:
+        if symptom_name or since or at:
+            err.print("[bold red]error:[/] --symptom, --since and --at go with --service")
+            raise typer.Exit(2)
+        return None
+    try:
+        if symptom_name is None:
+            raise AlertError([Problem("--symptom", "say what is wrong: latency, errors, saturation or availability")])
+        now = datetime.now(UTC)
+        return ad_hoc_alert(
+            service,
+            symptom(symptom_name),
+            now=now,
+            since=duration(since) if since else None,
+            at=moment(at, now=now) if at else None,
+        )
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _reasoner(

@@ -18,7 +18,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from adapters.sourceconfig import SourcesConfig
+from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef
 
@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     sources: SourcesConfig = Field(default_factory=SourcesConfig, description="live data sources, by kind")
     signals: dict[str, SignalDef] = Field(
         default_factory=dict, description="signal catalog overrides for this environment (PromQL, $service)"
+    )
+    alertmanager: AlertmanagerConfig | None = Field(
+        default=None, description="where `opsagent alerts` and `investigate --alert` read what is firing"
     )
 
     @classmethod
