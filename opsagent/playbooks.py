@@ -631,6 +631,12 @@ def _kube(obs: Observation) -> KubernetesData | None:
     return obs.data if isinstance(obs.data, KubernetesData) else None
 
 
+def _with_pods(obs: Observation, ctx: Context) -> KubernetesData | None:
+    """The cluster's answer when it lists pods of the service: without any, it cannot say."""
+    data = _kube(obs)
+    return data if data is not None and any(p.service == ctx.service for p in data.pods) else None
+
+
 def _since(exp: Expectation, ctx: Context) -> datetime:
     """Ends and events count from this long before onset: the check's own within_min when it sets one,
     else the same horizon triage uses."""
@@ -644,8 +650,8 @@ def _listed(found: list[str], none: str) -> Outcome:
 
 
 def _terminated(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    data = _kube(obs)
-    if data is None or not any(p.service == ctx.service for p in data.pods):
+    data = _with_pods(obs, ctx)
+    if data is None:
         return _UNKNOWN
     reasons = exp.reasons or list(kubestate.OOM)
     found = kubestate.ended(data, ctx.service, reasons, _since(exp, ctx))
@@ -653,23 +659,23 @@ def _terminated(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
 
 
 def _waiting(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    data = _kube(obs)
-    if data is None or not any(p.service == ctx.service for p in data.pods):
+    data = _with_pods(obs, ctx)
+    if data is None:
         return _UNKNOWN
     found = kubestate.waiting(data, ctx.service, exp.reasons or list(kubestate.CRASHING))
     return _listed(found, f"no container of {ctx.service} waiting for {'/'.join(exp.reasons)}")
 
 
 def _pending(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    data = _kube(obs)
-    if data is None or not any(p.service == ctx.service for p in data.pods):
+    data = _with_pods(obs, ctx)
+    if data is None:
         return _UNKNOWN
     return _listed(kubestate.unscheduled(data, ctx.service), f"every pod of {ctx.service} is scheduled")
 
 
 def _not_ready(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    data = _kube(obs)
-    if data is None or not any(p.service == ctx.service for p in data.pods):
+    data = _with_pods(obs, ctx)
+    if data is None:
         return _UNKNOWN
     return _listed(kubestate.not_ready(data, ctx.service), f"every running container of {ctx.service} is ready")
 
@@ -692,7 +698,7 @@ def _node_pressure(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
 
 
 def _pods_steady(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    data = _kube(obs)
+    data = _with_pods(obs, ctx)
     if data is None:
         return _UNKNOWN
     steady = kubestate.steady(data, ctx.service, _since(exp, ctx))

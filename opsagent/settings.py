@@ -127,7 +127,11 @@ class Settings(BaseSettings):
         default=False, description="serve incidents, pages and /metrics without credentials (behind an auth proxy)"
     )
     notify_url: SecretStr | None = Field(
-        default=None, description="Slack-compatible webhook for investigation summaries (env only: it holds a token)"
+        default=None, description="Slack incoming webhook for investigation summaries (env only: it holds a token)"
+    )
+    notify_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="generic JSON webhook (PagerDuty/Opsgenie-style routers) for summaries (env only: holds a token)",
     )
 
     # Live data sources (`sources:`, see adapters/sourceconfig.py) and the signal catalog overrides
