@@ -225,8 +225,12 @@ def scrub(raw: dict[str, Any]) -> dict[str, Any]:
     return walk(raw)
 
 
+_DIGESTED = re.compile(r"^sha256:[0-9a-f]{12}$")
+
+
 def _digest_env(entry: Any) -> Any:
-    if isinstance(entry, dict) and isinstance(entry.get("value"), str):
+    """An env entry with its value digested (once: a recorded object read again stays the same)."""
+    if isinstance(entry, dict) and isinstance(entry.get("value"), str) and not _DIGESTED.match(entry["value"]):
         digest = hashlib.sha256(entry["value"].encode()).hexdigest()[:12]
         return {**entry, "value": f"sha256:{digest}"}
     return entry

@@ -511,3 +511,39 @@ def test_signs_of_image_pulls_scheduling_and_probes_and_the_new_events_api(recor
     assert found == {("ads", "kube:image_pull"), ("search", "kube:unschedulable"), ("web", "kube:probe_failed")}
     (probe,) = data.events
     assert probe.count == 12 and probe.service == "web"
+
+
+def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kubeconfig: Path) -> None:
+    from adapters.sourceconfig import KubernetesConfig
+    from opsagent.doctor import check
+
+    recording, _ = recorded
+    with respx.mock(assert_all_called=False) as router:
+        FakeCluster(recording.kubernetes).install(router, SERVER)
+        config = KubernetesConfig(name="prod", auth="kubeconfig", kubeconfig=kubeconfig, namespaces=["prod"])
+        health = asyncio.run(check(config, environ={}))
+        empty = asyncio.run(check(config.model_copy(update={"namespaces": ["nothing-here"]}), environ={}))
+    assert health.ok and health.version == "v1.31.4"
+    assert empty.reachable and "no pods visible in nothing-here" in empty.problems[0]
+
+
+def test_what_a_live_investigation_read_of_the_cluster_is_recorded_as_it_came(recorded: Any, kubeconfig: Path) -> None:
+    from adapters.wrappers import Recorder
+    from adapters.wrappers import recorded as recording_of
+
+    recording, _ = recorded
+    keep = Recorder()
+
+    async def go() -> None:
+        with respx.mock(assert_all_called=False) as router:
+            FakeCluster(recording.kubernetes).install(router, SERVER)
+            reader = _reader(kubeconfig)
+            try:
+                await recording_of(reader, keep).objects(kind="Pod")
+            finally:
+                await reader.aclose()
+
+    asyncio.run(go())
+    pods = [o for o in recording.kubernetes if o.kind == "Pod"]
+    assert sorted(keep.kubernetes) == sorted(("Pod", o.namespace, o.name) for o in pods)
+    assert {k: o.raw() for k, o in keep.kubernetes.items()} == {("Pod", o.namespace, o.name): o.raw() for o in pods}
