@@ -19,7 +19,8 @@ from adapters.changes_git import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader
-from adapters.kubernetes import KubernetesReader, KubernetesState, RolloutChanges, open_api
+from adapters.kubernetes import KubernetesReader, open_api
+from adapters.kubesource import KubernetesState, RolloutChanges
 from adapters.live import (
     ChangesFanOut,
     KubernetesFanOut,
@@ -54,7 +55,7 @@ from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
 from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import Change, Edge, KubeObject, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
-from opsagent.tools import Sources
+from opsagent.sources import Sources
 
 if TYPE_CHECKING:
     from opsagent.settings import Settings

@@ -1,7 +1,7 @@
 """Live sources: the engine's four source protocols over readers of real systems.
 
 Each live source asks its reader for raw telemetry (the recorded-incident models) and computes the
-observation with the same functions the replay sources use (:mod:`adapters.replay`), so the same
+observation with the same functions the replay sources use (:mod:`opsagent.analysis`), so the same
 telemetry gives the same observation live and in replay. Several readers of one kind (two
 Prometheus, two log clusters) read as one through a fan-out reader. Nothing here talks to a system:
 readers do, and they are read-only.
@@ -18,23 +18,19 @@ import structlog
 
 from adapters.protocols import ChangesReader, KubernetesReader, LogsReader, MetricsReader, TracesReader
 from adapters.readers import LogBatch, LogCounts, LogQuery
-from adapters.replay import (
+from opsagent.analysis.changes import change_records, changes_range
+from opsagent.analysis.logs import post_onset, text_pattern
+from opsagent.analysis.series import (
     SERVICE_LABELS,
     Limit,
     as_rate,
     ceiling_series,
-    change_records,
-    changes_range,
     component_of,
-    neighbours,
-    post_onset,
     scan_groups,
     scan_stats,
     signal_stats,
-    span_times,
-    text_pattern,
-    trace_summary,
 )
+from opsagent.analysis.spans import neighbours, span_times, trace_summary
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import SourceError
 from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, LogRecord, MetricSeries, SignalDef, Span, unix

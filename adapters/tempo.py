@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from adapters.boundary import HTTPX_ERRORS, http_error, translate
-from adapters.replay import trace_edges
+from opsagent.analysis.spans import trace_edges
 from opsagent.errors import MalformedResponse
 from opsagent.fixtures import Edge, Span
 

@@ -276,10 +276,11 @@ _ERRORS = {"error", "fatal"}
 
 
 async def _incident(directory: Path) -> tuple[Any, Any, Any]:
+    from adapters.replay import replay_sources
     from opsagent.catalog import default_catalog
     from opsagent.fixtures import load
     from opsagent.incident import open_incident
-    from opsagent.pipeline import refine_onset, replay_sources
+    from opsagent.pipeline import refine_onset
 
     recording, truth = load(directory)
     catalog = default_catalog().merged(recording.signals)

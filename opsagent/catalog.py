@@ -17,6 +17,22 @@ from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef
 from opsagent.selector import SelectorError, parse
 
+#: A metric name's unit suffix (Prometheus naming: the base unit comes last, before _total).
+_UNIT_SUFFIXES = (
+    ("_seconds", "s"),
+    ("_milliseconds", "ms"),
+    ("_ms", "ms"),
+    ("_percent", "percent"),
+    ("_ratio", "ratio"),
+    ("_bytes", "bytes"),
+)
+
+
+def unit_of(metric: str) -> str | None:
+    """The unit a metric's name states (``_seconds``, ``_ms``, ``_percent``, ``_ratio``, ``_bytes``)."""
+    name = metric.removesuffix("_total")
+    return next((unit for suffix, unit in _UNIT_SUFFIXES if name.endswith(suffix)), None)
+
 
 class SignalCatalog:
     def __init__(self, signals: dict[str, SignalDef]) -> None:
@@ -42,6 +58,10 @@ class SignalCatalog:
     def limit_query(self, signal: str, component: str) -> str | None:
         limit = self.signals[signal].limit
         return limit.replace("$service", component) if limit else None
+
+    def unlisted(self, metric: str) -> SignalDef:
+        """How a metric no signal names is read: either way can be bad, its unit from its name."""
+        return SignalDef(query=metric, direction="any", unit=unit_of(metric))
 
     def signal_of(self, metric_name: str) -> str | None:
         return self._by_metric.get(metric_name)

@@ -5,8 +5,9 @@ what of it is evidence.
 The live reader (:mod:`adapters.kubernetes`) and a recorded incident hand over the same raw API
 objects (:class:`opsagent.fixtures.KubeObject`); everything computed from them is here, so a replay
 and a live read of the same cluster say the same thing. The rules at the end (:func:`ended`,
-:func:`waiting`, :func:`events_about`, …) are the single definition of each Kubernetes sign: triage's
-features (:func:`signs`) and the playbooks' checks (:mod:`opsagent.playbooks`) both call them.
+:func:`waiting`, :func:`events_about`, …) are the single definition of each Kubernetes sign: the
+playbooks' expectations call them (:mod:`opsagent.playbooks`), and triage's ``kube:`` features are
+those expectations (:mod:`opsagent.features`).
 Nothing here does I/O.
 """
 
@@ -622,25 +623,3 @@ def steady(data: KubernetesData, service: str, since: datetime) -> str | None:
 
 def since_onset(onset: datetime, minutes: float = RECENT_MIN) -> datetime:
     return onset - timedelta(minutes=minutes)
-
-
-#: Triage's Kubernetes features: each a rule above, with the thresholds the playbooks' checks use.
-def signs(data: KubernetesData, *, onset: datetime) -> list[tuple[str, str, float, str]]:
-    """(service, feature, magnitude, why) for every sign the cluster shows, per service."""
-    since = since_onset(onset)
-    services = sorted({p.service for p in data.pods} | {e.service for e in data.events if e.service})
-    out: list[tuple[str, str, float, str]] = []
-    for s in services:
-        found = {
-            "kube:oom_killed": ended(data, s, OOM, since),
-            "kube:crash_loop": waiting(data, s, CRASHING) + ended(data, s, BAD_EXIT, since),
-            "kube:image_pull": waiting(data, s, IMAGE_PULL),
-            "kube:unschedulable": unscheduled(data, s)
-            + [e.message for e in events_about(data, s, ("FailedScheduling",), since)],
-            "kube:probe_failed": [e.message for e in events_about(data, s, ("Unhealthy",), since, PROBE)],
-            "kube:node_pressure": node_problems(data, s),
-        }
-        for feature, what in found.items():
-            if what:
-                out.append((s, feature, min(0.5 + 0.25 * len(what), 1.5), f"{feature[5:]}: {what[0]}"))
-    return out

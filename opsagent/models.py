@@ -181,6 +181,14 @@ class SeriesStats(Frozen):
     limit: float | None = None
     limit_fraction: float | None = Field(default=None, description="window max / limit")
     direction: Literal["up", "down", "flat", "unknown"]
+    scope: Literal["service", "edge", "node"] = Field(
+        default="service", description="whose figure it is: the component's, a call edge's, or its node's"
+    )
+    caller: str | None = Field(default=None, description="for an edge series: the calling component")
+    side: Literal["client", "server"] | None = Field(
+        default=None, description="for an edge series: seen by the caller (client) or by the callee (server)"
+    )
+    node: str | None = Field(default=None, description="for a node series: the node, or a fingerprint of it")
 
 
 class MetricsData(Frozen):

@@ -14,13 +14,12 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
-from adapters.kubernetes import replay_kubernetes
-from adapters.replay import ReplayChanges, ReplayLogs, ReplayMetrics, ReplayTraces
+from adapters.replay import replay_sources
+from opsagent import ranking
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import retrieve
-from opsagent.logsummary import Summariser
 from opsagent.loop import Budget, Clock, Listener, Meter
 from opsagent.models import (
     CHANGE_KINDS,
@@ -29,7 +28,6 @@ from opsagent.models import (
     ChangesData,
     Cost,
     Evidence,
-    Hypothesis,
     HypothesisResult,
     Incident,
     Lesson,
@@ -45,9 +43,10 @@ from opsagent.models import (
 from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.sources import Sources
 from opsagent.strategies import Outcome, reflect, strategy
-from opsagent.tools import Sources, Toolbox
-from opsagent.triage import Triage, descendants
+from opsagent.tools import Toolbox
+from opsagent.triage import Triage
 
 log = structlog.get_logger("opsagent.pipeline")
 
@@ -60,18 +59,6 @@ SYMPTOM_SIGNAL = {
     Symptom.availability: "error_ratio",
     Symptom.traffic: "request_rate",
 }
-
-
-def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Summariser | None = None) -> Sources:
-    present = recording.present
-    kubernetes, with_rollouts = replay_kubernetes(recording)  # rollout history joins the changes
-    return Sources(
-        metrics=ReplayMetrics(recording, catalog) if "metrics" in present else None,
-        logs=ReplayLogs(recording, summariser) if "logs" in present else None,
-        changes=ReplayChanges(with_rollouts) if present & {"changes", "kubernetes"} else None,
-        traces=ReplayTraces(recording) if "traces" in present else None,
-        kubernetes=kubernetes,
-    )
 
 
 async def refine_onset(alert: Alert, sources: Sources, catalog: SignalCatalog, incident: Incident) -> datetime:
@@ -163,101 +150,6 @@ async def investigate(
 
 # ---------------------------------------------------------------- conclusion
 
-_STATUS_ORDER = {"confirmed": 0, "probable": 1, "inconclusive": 2, "unverified": 2, "refuted": 3}
-#: How much a component's triage score counts when its hypotheses are open, or all refuted.
-_OPEN, _UNTESTED, _RULED_OUT = 1.0, 0.8, 0.5
-
-
-def suspects(outcome: Outcome) -> list[Suspect]:
-    """One entry per component: confirmed first, then probable, then the rest by score.
-
-    Among proven causes, a change comes first (it set the mechanism off), then a cause that
-    explains another (a pool starved by slow queries; a callee whose failure its callers show),
-    then the higher score. The rest are ranked by triage score, discounted when every hypothesis
-    about the component was refuted, so an honest "inconclusive" still says where to look first."""
-    verdicts = {r.hypothesis.id: r for r in outcome.results}
-    graph = outcome.triage.graph
-    top = max((c.score for c in outcome.triage.components), default=0.0) or 1.0
-    norm = {c.component: c.score / top for c in outcome.triage.components}
-    proven: list[tuple[Hypothesis, HypothesisResult]] = []
-    rest: dict[str, Suspect] = {}
-    for h in outcome.proposed:
-        r = verdicts.get(h.id)
-        if r is not None and r.verdict.status in ("confirmed", "probable"):
-            proven.append((h, r))
-            continue
-        status = r.verdict.status if r else "unverified"
-        if status == "refuted":
-            candidate = Suspect(
-                component=h.component,
-                kind="unknown",
-                score=round(norm.get(h.component, 0) * _RULED_OUT, 4),
-                status="unverified",
-                why=f"{h.kind} refuted: {r.verdict.reason if r else ''}",
-            )
-        else:
-            weight = _OPEN if r is not None and r.verdict.supporting else _UNTESTED
-            candidate = Suspect(
-                component=h.component,
-                kind=h.kind,
-                score=round(norm.get(h.component, 0) * weight + h.score * 0.01, 4),
-                status=status,
-                why=r.verdict.reason if r else "; ".join(h.why),
-            )
-        cur = rest.get(h.component)
-        if cur is None or _rest_order(candidate) < _rest_order(cur):
-            rest[h.component] = candidate
-    for c in outcome.triage.components:
-        if c.score > 0 and c.component not in rest:
-            rest[c.component] = Suspect(
-                component=c.component,
-                kind="unknown",
-                score=round(norm[c.component] * _UNTESTED, 4),
-                status="unverified",
-                why="; ".join(c.why[:3]) or "anomalous",
-            )
-    ordered = sorted(proven, key=lambda hr: _proven_order(hr, proven, graph))
-    out: list[Suspect] = []
-    for h, r in ordered:
-        if all(s.component != h.component for s in out):
-            out.append(
-                Suspect(
-                    component=h.component, kind=h.kind, score=h.score, status=r.verdict.status, why=r.verdict.reason
-                )
-            )
-    out.extend(s for s in sorted(rest.values(), key=_rest_order) if all(o.component != s.component for o in out))
-    return out
-
-
-def _rest_order(s: Suspect) -> tuple[float, int, str]:
-    return (-s.score, 0 if s.kind != "unknown" else 1, s.component)
-
-
-def _proven_order(
-    hr: tuple[Hypothesis, HypothesisResult], proven: list[tuple[Hypothesis, HypothesisResult]], graph: list[Edge]
-) -> tuple[int, int, int, float, str]:
-    h, r = hr
-    status = _STATUS_ORDER[r.verdict.status]
-    change_first = 0 if h.kind in CHANGE_KINDS else 1
-    explains = sum(1 for o, _ in proven if o is not h and _explains(h, o, graph))
-    return (status, change_first, -explains, -h.score, h.id)
-
-
-def _explains(a: Hypothesis, b: Hypothesis, graph: list[Edge]) -> bool:
-    """Whether a's fault accounts for b's: a consequence its playbook names, or a callee of b's component."""
-    if b.kind in a.consequences and (
-        a.component == b.component
-        or a.component in descendants(graph, (b.component,))
-        or _siblings(a.component, b.component, graph)  # a cache failing loads the database beside it
-    ):
-        return True
-    return a.component != b.component and a.component in descendants(graph, (b.component,))
-
-
-def _siblings(a: str, b: str, graph: list[Edge]) -> bool:
-    callers_a = {e.caller for e in graph if e.callee == a}
-    return bool(callers_a & {e.caller for e in graph if e.callee == b})
-
 
 def conclude(
     incident: Incident,
@@ -268,7 +160,12 @@ def conclude(
     strategy_name: str,
     lessons: list[Lesson],
 ) -> Report:
-    ranked = suspects(outcome)
+    ranked = ranking.suspects(
+        outcome.proposed,
+        outcome.results,
+        [(c.component, c.score, c.why) for c in outcome.triage.components],
+        outcome.triage.graph,
+    )
     exhausted = meter.exhausted(0) or next(
         (r.stop_reason for r in outcome.results if r.stop_reason.startswith("budget")), None
     )
@@ -280,7 +177,7 @@ def conclude(
         chain = "; ".join(e.statement for e in evidence)
         statement = f"{winner.hypothesis.statement}. Evidence: {chain}"
         kinds = {e.source for e in evidence}
-        confidence = min(0.5 + 0.15 * len(kinds), 0.95) if status == "confirmed" else 0.5
+        confidence = ranking.confidence(status, len(kinds))
         mechanisms = [
             r
             for r in outcome.results
@@ -460,9 +357,38 @@ async def investigate_fixture(
 ) -> tuple[Report, Truth | None]:
     """Replay a recorded incident. Truth is returned beside the report, never passed inward."""
     recording, truth = load(path)
-    catalog = default_catalog().merged(recording.signals)
+    report = await investigate_recording(
+        recording,
+        playbooks=playbooks,
+        reasoner=reasoner,
+        strategy_name=strategy_name,
+        budget=budget,
+        clock=clock,
+        lessons=lessons,
+        listener=listener,
+        now=now,
+    )
+    return report, truth
+
+
+async def investigate_recording(
+    recording: Recording,
+    *,
+    playbooks: Sequence[Playbook] | None = None,
+    reasoner: Reasoner | None = None,
+    strategy_name: str = "hybrid",
+    budget: Budget | None = None,
+    clock: Clock = time.perf_counter,
+    lessons: Sequence[Lesson] = (),
+    listener: Listener | None = None,
+    now: datetime | None = None,
+    use_signals: bool = True,
+) -> Report:
+    """Investigate a loaded recording with the replay sources. ``use_signals=False`` ignores the
+    recording's ``signals:`` block, as a user who never wrote one would (signal discovery only)."""
+    catalog = default_catalog().merged(recording.signals if use_signals else {})
     reasoner = reasoner or PlaybookReasoner(playbooks if playbooks is not None else load_default_playbooks())
-    report = await investigate(
+    return await investigate(
         recording.alert,
         sources=replay_sources(recording, catalog),
         catalog=catalog,
@@ -477,4 +403,3 @@ async def investigate_fixture(
         lessons=lessons,
         listener=listener,
     )
-    return report, truth

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from opsagent.models import (
     Incident,
     KubernetesData,
     LogsData,
+    LogTemplate,
     MetricsData,
     Observation,
     SeriesStats,
@@ -453,19 +454,18 @@ def _logs(obs: Observation) -> LogsData | None:
     return obs.data if isinstance(obs.data, LogsData) else None
 
 
-def _family_counts(exp: Expectation, data: LogsData, ctx: Context) -> tuple[int, float]:
-    inc = ctx.incident
-    window_min = max((inc.window.end - inc.onset).total_seconds() / 60, 1.0)
-    scale = window_min / max(inc.baseline.minutes, 1.0)
-    fam = exp.family or ""
-    return data.families.get(fam, 0), data.baseline_families.get(fam, 0) * scale
+def family_counts(family: str, data: LogsData, incident: Incident) -> tuple[int, float]:
+    """Lines of a family after onset, and how many the baseline's rate would have written then."""
+    window_min = max((incident.window.end - incident.onset).total_seconds() / 60, 1.0)
+    scale = window_min / max(incident.baseline.minutes, 1.0)
+    return data.families.get(family, 0), data.baseline_families.get(family, 0) * scale
 
 
 def _family_burst(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None:
         return _UNKNOWN
-    n, expected = _family_counts(exp, data, ctx)
+    n, expected = family_counts(exp.family or "", data, ctx.incident)
     text = f"{n} '{exp.family}' lines after onset (baseline rate ~{expected:.0f})"
     return Outcome(n >= exp.min_count and n >= 3 * max(expected, 1.0), text)
 
@@ -474,28 +474,34 @@ def _family_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None or data.total == 0:
         return _UNKNOWN
-    n, expected = _family_counts(exp, data, ctx)
+    n, expected = family_counts(exp.family or "", data, ctx.incident)
     return Outcome(n < max(exp.min_count, 2 * expected), f"{n} '{exp.family}' lines after onset")
 
 
-def _new_error_templates(exp: Expectation, data: LogsData) -> list[str]:
+def new_error_templates(data: LogsData, family: str | None = None, exclude: Sequence[str] = ()) -> list[LogTemplate]:
+    """Error templates that are new against the baseline or bursting above its rate (of a family,
+    and of none of the excluded families, when given)."""
     out = []
     for t in data.templates:
         if (t.new or t.bursting) and set(t.levels) & {"error", "fatal"}:
-            pattern = FAMILIES.get(exp.family) if exp.family else None
+            pattern = FAMILIES.get(family) if family else None
             if pattern is not None and not pattern.search(t.sample):
                 continue
-            if any(FAMILIES[f].search(t.sample) for f in exp.exclude):
+            if any(FAMILIES[f].search(t.sample) for f in exclude):
                 continue
-            out.append(f"[{t.id}] x{t.window_count} {t.template}")
+            out.append(t)
     return out
+
+
+def _listed(templates: list[LogTemplate]) -> list[str]:
+    return [f"[{t.id}] x{t.window_count} {t.template}" for t in templates]
 
 
 def _new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None:
         return _UNKNOWN
-    found = _new_error_templates(exp, data)
+    found = _listed(new_error_templates(data, exp.family, exp.exclude))
     none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
     return Outcome(bool(found), "new or bursting error templates: " + "; ".join(found[:2]) if found else none)
 
@@ -504,7 +510,7 @@ def _no_new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None or data.total == 0:
         return _UNKNOWN
-    found = _new_error_templates(exp, data)
+    found = _listed(new_error_templates(data, exp.family, exp.exclude))
     none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
     return Outcome(not found, none if not found else "; ".join(found[:2]))
 
@@ -644,7 +650,7 @@ def _since(exp: Expectation, ctx: Context) -> datetime:
     return kubestate.since_onset(ctx.incident.onset, within)
 
 
-def _listed(found: list[str], none: str) -> Outcome:
+def _signs_found(found: list[str], none: str) -> Outcome:
     more = f" (+{len(found) - 2} more)" if len(found) > 2 else ""
     return Outcome(bool(found), "; ".join(found[:2]) + more if found else none)
 
@@ -655,7 +661,7 @@ def _terminated(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
         return _UNKNOWN
     reasons = exp.reasons or list(kubestate.OOM)
     found = kubestate.ended(data, ctx.service, reasons, _since(exp, ctx))
-    return _listed(found, f"no container of {ctx.service} ended {'/'.join(reasons)} since before onset")
+    return _signs_found(found, f"no container of {ctx.service} ended {'/'.join(reasons)} since before onset")
 
 
 def _waiting(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
@@ -663,21 +669,21 @@ def _waiting(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     if data is None:
         return _UNKNOWN
     found = kubestate.waiting(data, ctx.service, exp.reasons or list(kubestate.CRASHING))
-    return _listed(found, f"no container of {ctx.service} waiting for {'/'.join(exp.reasons)}")
+    return _signs_found(found, f"no container of {ctx.service} waiting for {'/'.join(exp.reasons)}")
 
 
 def _pending(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _with_pods(obs, ctx)
     if data is None:
         return _UNKNOWN
-    return _listed(kubestate.unscheduled(data, ctx.service), f"every pod of {ctx.service} is scheduled")
+    return _signs_found(kubestate.unscheduled(data, ctx.service), f"every pod of {ctx.service} is scheduled")
 
 
 def _not_ready(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _with_pods(obs, ctx)
     if data is None:
         return _UNKNOWN
-    return _listed(kubestate.not_ready(data, ctx.service), f"every running container of {ctx.service} is ready")
+    return _signs_found(kubestate.not_ready(data, ctx.service), f"every running container of {ctx.service} is ready")
 
 
 def _kube_event(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
@@ -687,14 +693,14 @@ def _kube_event(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     pattern = re.compile(exp.pattern, re.I) if exp.pattern else None
     events = kubestate.events_about(data, ctx.service, exp.reasons, _since(exp, ctx), pattern)
     found = [f"{e.reason} {e.object} x{e.count}: {e.message[:160]}" for e in events]
-    return _listed(found, f"no {'/'.join(exp.reasons) or 'matching'} events about {ctx.service}")
+    return _signs_found(found, f"no {'/'.join(exp.reasons) or 'matching'} events about {ctx.service}")
 
 
 def _node_pressure(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _kube(obs)
     if data is None or not data.nodes:
         return _UNKNOWN
-    return _listed(kubestate.node_problems(data, ctx.service), f"the nodes {ctx.service} runs on are healthy")
+    return _signs_found(kubestate.node_problems(data, ctx.service), f"the nodes {ctx.service} runs on are healthy")
 
 
 def _pods_steady(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from opsagent import ranking
 from opsagent.lessons import Retrieved, concrete, from_refutation
 from opsagent.models import (
     CHANGE_KINDS,
@@ -65,10 +66,6 @@ class Reasoner(Protocol):
     ) -> Lesson | None: ...
 
 
-#: How many of triage's top components get hypotheses.
-TOP_COMPONENTS = 6
-
-
 def action_of(check: Check, hypothesis: Hypothesis, incident: Incident) -> Action:
     values = placeholder_values(hypothesis.component, incident.symptom.value, incident.service)
     args = {k: fill(v, values) if isinstance(v, str) else v for k, v in check.args.items()}
@@ -87,7 +84,7 @@ class PlaybookReasoner:
         self, incident: Incident, triage: Triage, *, k: int, lessons: Sequence[Retrieved], exclude: set[str]
     ) -> list[Hypothesis]:
         suspects = [c for c in triage.components if c.score > 0 or c.component in incident.services]
-        suspects = suspects[:TOP_COMPONENTS]
+        suspects = suspects[: ranking.TOP_COMPONENTS]
         top = max((c.score for c in suspects), default=0.0) or 1.0
         top_own = max((c.own for c in triage.components), default=0.0) or 1.0
         out = []
@@ -103,7 +100,7 @@ class PlaybookReasoner:
             weight = comp.own / top_own if book.applies.role == "origin" else comp.score / top
             values = placeholder_values(comp.component, incident.symptom.value, incident.service)
             matched = [p for p in book.applies.indicators if any(_fits(p, f) for f in comp.features)]
-            score = book.prior * (0.25 + match) * (0.2 + weight)
+            score = ranking.hypothesis_score(book.prior, match, weight)
             out.append(
                 Hypothesis(
                     id=hid,
@@ -141,7 +138,7 @@ class PlaybookReasoner:
         ranked = [self._apply_lessons(h, incident, lessons) for h in candidates]
         ranked.sort(key=lambda h: (-h.score, h.id))
         weights = {f"{c.component}/{f}": m for c in triage.components for f, m in c.features.items()}
-        ordered = diverse(ranked, weights)
+        ordered = ranking.diverse(ranked, weights)
         # A change hypothesis verifies the mechanism it touched (a pool resized -> that pool
         # exhausted): that mechanism is the same explanation, so rivals go before it.
         chained = {h.id for h in ordered if self._set_off_by_change(h, ordered, triage)}
@@ -164,10 +161,10 @@ class PlaybookReasoner:
                         f"{r.lesson.times_misled} time(s), it helped {r.lesson.times_helped}"
                     )
                 else:
-                    score *= LESSON_PENALTY
+                    score *= ranking.LESSON_PENALTY
                     notes.append(
-                        f"{r.lesson.id}: lowered {h.kind} on {h.component} x{LESSON_PENALTY:g} (refuted before under "
-                        f"{', '.join(r.lesson.trigger.signals)})"
+                        f"{r.lesson.id}: lowered {h.kind} on {h.component} x{ranking.LESSON_PENALTY:g} "
+                        f"(refuted before under {', '.join(r.lesson.trigger.signals)})"
                     )
             action = concrete(r.lesson.next_action, h.component)
             if action.key() in planned and all(a.key() != action.key() for a in first):
@@ -250,37 +247,6 @@ class PlaybookReasoner:
             check = book.checks[0]
             out.setdefault(book.kind, Action(tool=check.tool, args={k: v for k, v in check.args.items()}))
         return out
-
-
-#: How much a lesson lowers the kind it refuted, where its trigger shows again.
-LESSON_PENALTY = 0.5
-
-#: What a hypothesis that explains nothing the beam has not explained already is still worth.
-REDUNDANT = 0.2
-
-
-def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypothesis]:
-    """Order for the beam by marginal explanation (like MMR): after the best hypothesis, prefer the
-    one that accounts for the most evidence (weighted by its magnitude) the ones before it leave
-    unexplained. A change and the mechanism
-    it set off explain the same features; a rival explanation of the loudest symptom does not."""
-    left = list(ranked)
-    explained: set[str] = set()
-    out: list[Hypothesis] = []
-    while left:
-
-        def worth(h: Hypothesis) -> float:
-            if not h.explains:
-                return h.score * REDUNDANT
-            total = sum(weights.get(f, 1.0) for f in h.explains) or 1.0
-            novel = sum(weights.get(f, 1.0) for f in set(h.explains) - explained) / total
-            return h.score * (REDUNDANT + (1 - REDUNDANT) * novel)
-
-        best = max(left, key=lambda h: (worth(h), -left.index(h)))
-        left.remove(best)
-        out.append(best)
-        explained.update(best.explains)
-    return out
 
 
 def _fits(pattern: str, feature: str) -> bool:

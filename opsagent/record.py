@@ -25,9 +25,9 @@ from pydantic import BaseModel
 
 from adapters.config import open_live_sources
 from adapters.readers import EXPRESSION_NAME
-from adapters.replay import SERVICE_LABELS, is_counter
 from adapters.sourceconfig import SourcesConfig
 from adapters.wrappers import QUERY_LABEL, Recorder
+from opsagent.analysis.series import SERVICE_LABELS, is_counter
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import Problem
 from opsagent.fixtures import Change, LogRecord, MetricSeries, SignalDef, Span, validate

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from opsagent import ranking
 from opsagent.errors import ConfigError
+from opsagent.features import profiles_from
 from opsagent.fixtures import Edge
+from opsagent.graph import descendants
 from opsagent.lessons import Retrieved, concrete
 from opsagent.loop import Meter, verify
 from opsagent.models import (
@@ -31,7 +34,7 @@ from opsagent.models import (
 )
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
-from opsagent.triage import ComponentProfile, Triage, descendants, profiles_from, triage
+from opsagent.triage import ComponentProfile, Triage, triage
 
 
 @dataclass
@@ -47,10 +50,6 @@ Recall = Callable[[Triage], list[Retrieved]]
 
 def no_lessons(found: Triage) -> list[Retrieved]:
     return []
-
-
-#: A candidate scoring below this share of the round's best waits for the next beam (pruning).
-BEAM_FLOOR = 0.2
 
 
 @runtime_checkable
@@ -137,7 +136,7 @@ class Hybrid(Strategy):
                     queue = [h for h in queue if _below_proven(h, results, found)]
                     if not queue:
                         break
-                kept = queue[:1] + [h for h in queue[1:beam] if h.score >= BEAM_FLOOR * best]
+                kept = queue[:1] + [h for h in queue[1:beam] if h.score >= ranking.BEAM_FLOOR * best]
                 queue = [h for h in queue if all(h.id != k.id for k in kept)]
                 batch = await asyncio.gather(
                     *(

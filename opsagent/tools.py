@@ -17,7 +17,6 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters.protocols import ChangesSource, KubernetesSource, LogsSource, MetricsSource, TracesSource
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected, SourceError, SourceTimeout
 from opsagent.fixtures import SignalDef
@@ -31,20 +30,9 @@ from opsagent.models import (
     SourceKind,
 )
 from opsagent.observations import describe, estimate_tokens
+from opsagent.sources import ChangesSource, KubernetesSource, LogsSource, MetricsSource, Sources, TracesSource
 
 log = structlog.get_logger("opsagent.tools")
-
-
-@dataclass
-class Sources:
-    metrics: MetricsSource | None = None
-    logs: LogsSource | None = None
-    changes: ChangesSource | None = None
-    traces: TracesSource | None = None
-    kubernetes: KubernetesSource | None = None
-
-    def kinds(self) -> set[SourceKind]:
-        return {k for k in SourceKind if getattr(self, k.value)}
 
 
 class _Args(BaseModel):

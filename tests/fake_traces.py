@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import respx
 
-from adapters.replay import trace_edges
+from opsagent.analysis.spans import trace_edges
 from opsagent.fixtures import Span
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

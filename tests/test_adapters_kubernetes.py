@@ -23,22 +23,15 @@ from kr8s.asyncio.objects import Pod
 
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
-from adapters.kubernetes import (
-    ERRORS,
-    KubernetesReader,
-    KubernetesState,
-    RolloutChanges,
-    open_api,
-    refuse_unless_read,
-    replay_kubernetes,
-    scrub,
-)
+from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
+from adapters.kubesource import KubernetesState, RolloutChanges, replay_kubernetes
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import NotReadOnly, SourceAuthFailed
+from opsagent.features import profiles_from
 from opsagent.fixtures import KubeObject, load
 from opsagent.incident import open_incident
-from opsagent.kubestate import Cluster, pods_view, rollout_changes, signs
-from opsagent.models import Action, ErrorData, KubernetesData
+from opsagent.kubestate import Cluster, pods_view, rollout_changes
+from opsagent.models import Action, ErrorData, KubernetesData, Observation, SourceKind
 from opsagent.tools import Toolbox
 from tests.conftest import INCIDENTS
 from tests.fake_kubernetes import FakeCluster
@@ -77,6 +70,14 @@ def _reader(kubeconfig: Path, **kw: Any) -> KubernetesReader:
 
 def _incident(recording: Any) -> Any:
     return open_incident(recording.alert, window=recording.window, baseline=recording.baseline, id=recording.slug)
+
+
+def _signs(data: KubernetesData, incident: Any) -> set[tuple[str, str]]:
+    """Triage's Kubernetes features of each component, from one observation."""
+    obs = Observation(
+        id="k-1", action=Action(tool="kubernetes.pods"), source=SourceKind.kubernetes, data=data, text="", tokens=1
+    )
+    return {(c, f) for c, p in profiles_from([obs], incident).items() for f in p.features if f.startswith("kube:")}
 
 
 # ---------------------------------------------------------------- reading
@@ -147,7 +148,7 @@ def test_the_pods_observation_names_the_oom_kills_and_the_limit(recorded: Any) -
     assert all(c.memory_limit == "256Mi" for p in data.pods for c in p.containers)
     assert any(e.reason == "BackOff" and e.type == "Warning" for e in data.events)
     every = asyncio.run(state.pods(incident=incident, service=None))
-    found = {(s, f) for s, f, _, _ in signs(every, onset=incident.onset)}
+    found = _signs(every, incident)
     assert ("cart-service", "kube:oom_killed") in found
     # An old readiness blip of search-service, long before onset, is not a sign of this incident.
     assert not any(s == "search-service" for s, _ in found)
@@ -507,7 +508,7 @@ def test_signs_of_image_pulls_scheduling_and_probes_and_the_new_events_api(recor
     ]
     cluster = Cluster(objects)
     data = pods_view(cluster, service=None, since=incident.onset - dt.timedelta(minutes=30), read_at=incident.onset)
-    found = {(s, f) for s, f, _, _ in signs(data, onset=incident.onset)}
+    found = _signs(data, incident)
     assert found == {("ads", "kube:image_pull"), ("search", "kube:unschedulable"), ("web", "kube:probe_failed")}
     (probe,) = data.events
     assert probe.count == 12 and probe.service == "web"

@@ -21,6 +21,7 @@ import yaml
 from adapters.config import live_catalog
 from adapters.live import LiveMetrics
 from adapters.prometheus import PrometheusReader, prometheus_client, sampled, step_for
+from adapters.replay import replay_sources
 from adapters.sourceconfig import GitConfig, PathRule, PrometheusConfig, SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.doctor import check
@@ -29,10 +30,11 @@ from opsagent.fixtures import Recording, load, validate
 from opsagent.incident import open_incident
 from opsagent.loop import Budget
 from opsagent.models import Action, ErrorData, Incident, MetricsData
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks, replay_sources
+from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.record import record_incident
-from opsagent.tools import Sources, Toolbox
+from opsagent.sources import Sources
+from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.prometheus_server import BASIC_PASSWORD, BASIC_USER, available, free_port, prometheus
 

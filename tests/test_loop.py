@@ -2,13 +2,15 @@
 
 import asyncio
 
+from adapters.replay import replay_sources
 from opsagent.catalog import default_catalog
 from opsagent.fixtures import load
 from opsagent.loop import Budget, Meter, verify
 from opsagent.models import Action, Hypothesis, SourceKind
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks, replay_sources
+from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner, ScriptedReasoner
-from opsagent.tools import Sources, Toolbox
+from opsagent.sources import Sources
+from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.fakes import DeadLogs, FakeMetrics, HangingTraces, alert, incident, stats
 

@@ -2,7 +2,8 @@ import asyncio
 
 from opsagent.catalog import default_catalog
 from opsagent.models import Action, ErrorData, MetricsData
-from opsagent.tools import Sources, Toolbox
+from opsagent.sources import Sources
+from opsagent.tools import Toolbox
 from tests.fakes import BuggyChanges, DeadLogs, FakeMetrics, HangingTraces, incident, stats
 
 

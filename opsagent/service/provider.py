@@ -22,16 +22,16 @@ import yaml
 
 from adapters.config import open_live_sources
 from adapters.live import LiveMetrics
-from adapters.replay import ReplayMetrics, as_rate
+from adapters.replay import ReplayMetrics, replay_sources
 from adapters.sourceconfig import SourcesConfig
+from opsagent.analysis.series import as_rate
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.fixtures import Edge, MetricSeries, Recording, SignalDef, load, unix
 from opsagent.incident import alert_services
 from opsagent.models import Alert
-from opsagent.pipeline import replay_sources
 from opsagent.settings import Settings
+from opsagent.sources import Sources
 from opsagent.stats import Sample, combine
-from opsagent.tools import Sources
 
 log = structlog.get_logger("opsagent.service.provider")
 

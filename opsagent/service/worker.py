@@ -33,8 +33,8 @@ from opsagent.reasoner import PlaybookReasoner
 from opsagent.service.charts import Chart, collect
 from opsagent.service.payload import WebhookPayload
 from opsagent.service.provider import Plan, SourceProvider
+from opsagent.sources import Sources
 from opsagent.store import FinishedReport, JobOutcome, Store, StoreError
-from opsagent.tools import Sources
 
 log = structlog.get_logger("opsagent.service.worker")
 

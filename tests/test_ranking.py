@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from opsagent.fixtures import Edge
-from opsagent.triage import Profile, _anomalous_reach, _fronted, _own_score, _propagate
+from opsagent.ranking import anomalous_reach, fronted, own_score, propagate
 
 
-def _profiles(features: dict[str, dict[str, float]]) -> dict[str, Profile]:
-    out = {}
-    for component, found in features.items():
-        p = Profile()
-        p.features = dict(found)
-        out[component] = p
-    return out
+def _profiles(features: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {component: dict(found) for component, found in features.items()}
 
 
 def _edges(*pairs: tuple[str, str]) -> list[Edge]:
@@ -24,32 +19,32 @@ SLOW = {"signal:latency_p99:up": 3.0}
 
 def test_the_requests_a_callee_receives_are_its_callers_doing() -> None:
     busy = {"signal:request_rate:up": 3.0, "signal:latency_p99:up": 1.0}
-    assert _own_score(busy, called=True) == _own_score({"signal:latency_p99:up": 1.0})
-    assert _own_score(busy, called=False) > _own_score(busy, called=True)  # an entry point's traffic is its own
+    assert own_score(busy, called=True) == own_score({"signal:latency_p99:up": 1.0})
+    assert own_score(busy, called=False) > own_score(busy, called=True)  # an entry point's traffic is its own
 
 
 def test_an_uninstrumented_leaf_may_front_a_sibling_with_the_same_symptom() -> None:
     graph = _edges(("front", "lb"), ("front", "search"), ("search", "db"), ("front", "quiet-leaf"))
     profiles = _profiles({"lb": SLOW, "search": SLOW, "db": {}, "quiet-leaf": {"signal:cpu_usage:up": 1.0}})
-    assert _fronted(graph, profiles, traced=set()) == _edges(("lb", "search"))
-    assert _fronted(graph, profiles, traced={"lb"}) == []  # spans of its own: its callees are known
+    assert fronted(graph, profiles, traced=set()) == _edges(("lb", "search"))
+    assert fronted(graph, profiles, traced={"lb"}) == []  # spans of its own: its callees are known
 
 
 def test_a_mirroring_leaf_gives_way_to_the_service_behind_it() -> None:
     graph = _edges(("front", "lb"), ("front", "search"), ("search", "db"))
     profiles = _profiles({"front": SLOW, "lb": SLOW, "search": SLOW, "db": {}})
     own = {"front": 2.0, "lb": 6.0, "search": 4.0, "db": 0.0}
-    plain = _propagate(own, graph, profiles)
-    fronted = _propagate(own, graph + _fronted(graph, profiles, set()), profiles)
+    plain = propagate(own, graph, profiles)
+    with_mirror = propagate(own, graph + fronted(graph, profiles, set()), profiles)
     assert plain["lb"] > plain["search"]
-    assert fronted["search"] > fronted["lb"]
+    assert with_mirror["search"] > with_mirror["lb"]
 
 
 def test_failures_are_explained_by_failures() -> None:
     graph = _edges(("api", "dep"))
     failing_api = {"signal:availability:down": 3.0, "signal:latency_p99:up": 1.0}
-    slow_dep = _propagate({"api": 4.0, "dep": 4.0}, graph, _profiles({"api": failing_api, "dep": SLOW}))
-    failing_dep = _propagate(
+    slow_dep = propagate({"api": 4.0, "dep": 4.0}, graph, _profiles({"api": failing_api, "dep": SLOW}))
+    failing_dep = propagate(
         {"api": 4.0, "dep": 4.0}, graph, _profiles({"api": failing_api, "dep": {"signal:error_ratio:up": 3.0}})
     )
     assert slow_dep["api"] > failing_dep["api"]
@@ -59,6 +54,6 @@ def test_failures_are_explained_by_failures() -> None:
 def test_a_fault_reaches_the_alert_only_through_disturbed_components() -> None:
     graph = _edges(("alerting", "quiet"), ("quiet", "culprit"), ("alerting", "dark"), ("dark", "other"))
     own = {"alerting": 2.0, "quiet": 0.0, "culprit": 4.0, "other": 3.0}  # "dark" has no telemetry at all
-    reach = _anomalous_reach(graph, ("alerting",), own)
+    reach = anomalous_reach(graph, ("alerting",), own)
     assert "culprit" not in reach
     assert {"quiet", "dark", "other"} <= reach

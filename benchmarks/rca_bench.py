@@ -1,0 +1,237 @@
+"""Root-cause accuracy on every data set we have, under each strategy, in one table.
+
+    python benchmarks/rca_bench.py [--shared ../shared/datasets] [--sets corpus,petshop,nezha-tt,...]
+                                   [--strategies hybrid,react] [--ablate] [--no-signals-table]
+
+Sets: ``corpus`` (the recorded incidents in fixtures/incidents, written by this team), ``petshop``
+(PetShop's 48 test issues, converted into a temporary directory), and the real incidents of
+``rca-dev`` (``nezha-tt``, ``nezha-ob``, ``changerca``; see ../shared/datasets/README.md). Every
+investigation is the playbook reasoner on the replay sources, no servers.
+
+Columns, per set and strategy: AC@1 and AC@3 (the true service among the first k suspects), Avg@5,
+kind (the top suspect's fault kind is the true one, where the data set names one), precision of
+confirmed and of probable verdicts (their root-cause service is the true one; n in brackets), mean
+tool calls, mean estimated
+tokens, p50 and max wall time of an investigation (loading the fixture excluded), and the best
+published figure on the same data. Then the same without the recordings' ``signals:`` blocks (what
+a user who never mapped their metric names gets), a table of confidence against accuracy, and with
+``--ablate`` the AC@1 of hybrid with each localisation rule of opsagent/ranking.py switched off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from opsagent import ranking  # noqa: E402
+from opsagent.fixtures import Recording, Truth, load  # noqa: E402
+from opsagent.logconfig import configure  # noqa: E402
+from opsagent.models import Report  # noqa: E402
+from opsagent.pipeline import investigate_recording, load_default_playbooks  # noqa: E402
+from opsagent.playbooks import Playbook  # noqa: E402
+from opsagent.scoreboard import IncidentScore, score  # noqa: E402
+
+RCA_DEV = ("nezha-tt", "nezha-ob", "changerca")
+ALL_SETS = ("corpus", "petshop", *RCA_DEV)
+
+#: The best published service-level figure on the same data (top-1), and where it comes from.
+PUBLISHED = {
+    "corpus": "-",
+    "petshop": "0.706 authors' traversal baseline (all issues)",
+    "nezha-tt": "0.867 / 0.978 Nezha (FSE'23, 45 cases)",
+    "nezha-ob": "0.929 / 0.964 Nezha (FSE'23, 56 cases)",
+    "changerca": "0.45-0.51 service localisers; change HR@1 0.882 ChangeRCA",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    recording: Recording
+    truth: Truth
+
+
+@dataclass(frozen=True)
+class Run:
+    case: Case
+    report: Report
+    score: IncidentScore
+    wall_ms: float
+
+
+def _petshop_module():  # type: ignore[no-untyped-def]
+    path = ROOT / "benchmarks" / "datasets" / "petshop.py"
+    spec = importlib.util.spec_from_file_location("petshop_converter", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_dir(directory: Path) -> list[Case]:
+    cases = []
+    for d in sorted(p for p in directory.iterdir() if (p / "incident.yaml").exists()):
+        recording, truth = load(d)
+        if truth is None:
+            raise SystemExit(f"{d}: no truth to score against")
+        cases.append(Case(recording, truth))
+    return cases
+
+
+def load_set(name: str, shared: Path, tmp: Path) -> list[Case]:
+    if name == "corpus":
+        return _load_dir(ROOT / "fixtures" / "incidents")
+    if name == "petshop":
+        petshop = _petshop_module()
+        made = petshop.convert(shared / "petshop", tmp / "petshop", ("test",))
+        return [c for m in made for c in _load_dir(m.path.parent) if c.recording.slug == m.path.name]
+    return _load_dir(shared / "rca-dev" / name)
+
+
+async def run_set(
+    cases: Sequence[Case], *, strategy: str, books: Sequence[Playbook], use_signals: bool = True
+) -> list[Run]:
+    runs = []
+    for case in cases:
+        started = time.perf_counter()
+        report = await investigate_recording(
+            case.recording, playbooks=books, strategy_name=strategy, use_signals=use_signals
+        )
+        wall = (time.perf_counter() - started) * 1000
+        runs.append(Run(case, report, score(case.recording.slug, report, case.truth), wall))
+    return runs
+
+
+def ac(runs: Sequence[Run], k: int) -> float:
+    return sum(1 for r in runs if r.score.rank is not None and r.score.rank <= k) / len(runs) if runs else 0.0
+
+
+def precision(runs: Sequence[Run], status: str) -> str:
+    chosen = [r for r in runs if r.report.status == status]
+    if not chosen:
+        return "   -   "
+    right = sum(1 for r in chosen if r.report.root_cause and r.report.root_cause.component == r.case.truth.service)
+    return f"{right / len(chosen):.2f}({len(chosen):>2})"
+
+
+def row(name: str, strategy: str, runs: Sequence[Run], published: str) -> str:
+    n = len(runs)
+    kinds = [r.score.kind_hit for r in runs if r.case.truth.kind != "unknown"]
+    kind = f"{sum(kinds) / len(kinds):>5.3f}" if kinds else "    -"
+    avg5 = sum(ac(runs, k) for k in range(1, 6)) / 5
+    calls = sum(r.report.cost.tool_calls for r in runs) / n
+    tokens = sum(r.report.cost.tokens for r in runs) / n
+    walls = [r.wall_ms for r in runs]
+    return (
+        f"{name:<10} {strategy:<7} {n:>3} {ac(runs, 1):>5.3f} {ac(runs, 3):>5.3f} {avg5:>5.3f} {kind} "
+        f"{precision(runs, 'confirmed'):>8} {precision(runs, 'probable'):>8} {calls:>5.1f} {tokens:>6.0f} "
+        f"{median(walls):>6.0f} {max(walls):>6.0f}  {published}"
+    )
+
+
+HEADER = (
+    f"{'set':<10} {'strat':<7} {'n':>3} {'AC@1':>5} {'AC@3':>5} {'Avg@5':>5} {'kind':>5} {'P(conf)':>8} "
+    f"{'P(prob)':>8} {'calls':>5} {'tokens':>6} {'p50ms':>6} {'maxms':>6}  published (top-1 / top-3)"
+)
+
+#: Confidence bins of the calibration table (the report's printed confidence).
+BINS = ((0.0, 0.0), (0.01, 0.5), (0.51, 0.65), (0.66, 0.8), (0.81, 1.0))
+
+
+def calibration(runs: Sequence[Run]) -> list[str]:
+    lines = [f"{'confidence':<12} {'n':>4} {'top suspect right':>18} {'root cause right':>17}"]
+    for lo, hi in BINS:
+        chosen = [r for r in runs if lo <= r.report.confidence <= hi]
+        if not chosen:
+            continue
+        top = sum(r.score.hit1 for r in chosen) / len(chosen)
+        named = [(r.report.root_cause.component, r.case.truth.service) for r in chosen if r.report.root_cause]
+        cause = f"{sum(a == b for a, b in named) / len(named):.3f}" if named else "-"
+        label = f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
+        lines.append(f"{label:<12} {len(chosen):>4} {top:>18.3f} {cause:>17}")
+    return lines
+
+
+async def main(args: argparse.Namespace) -> None:
+    configure(level="error")
+    books = load_default_playbooks()
+    sets = [s for s in args.sets.split(",") if s]
+    strategies = [s for s in args.strategies.split(",") if s]
+    with tempfile.TemporaryDirectory(prefix="rca-bench-") as tmp:
+        loaded = {}
+        for name in sets:
+            if name != "corpus" and not args.shared.is_dir():
+                print(f"skipping {name}: {args.shared} is not here")
+                continue
+            loaded[name] = load_set(name, args.shared, Path(tmp))
+        print(HEADER)
+        print("-" * len(HEADER))
+        everything: list[Run] = []
+        for name, cases in loaded.items():
+            for strategy in strategies:
+                runs = await run_set(cases, strategy=strategy, books=books)
+                print(row(name, strategy, runs, PUBLISHED[name] if strategy == strategies[0] else ""), flush=True)
+                if strategy == "hybrid":
+                    everything.extend(runs)
+                if args.misses and strategy == "hybrid":
+                    for r in runs:
+                        if not r.score.hit1:
+                            top = ", ".join(f"{c}/{k}" for c, k in r.score.top)
+                            print(
+                                f"    miss {r.case.recording.slug}: truth {r.case.truth.service}, rank "
+                                f"{r.score.rank}, {r.report.status}; top {top}"
+                            )
+        if everything:
+            conf = [r for r in everything if r.report.status == "confirmed"]
+            right = sum(
+                1 for r in conf if r.report.root_cause and r.report.root_cause.component == r.case.truth.service
+            )
+            print(
+                f"\nhybrid, all sets: {len(conf)} confirmed verdicts, {right} on the true service"
+                + (f" (precision {right / len(conf):.3f})" if conf else "")
+            )
+            print("\nconfidence against accuracy, hybrid, all sets:")
+            print("\n".join(calibration(everything)))
+        if not args.no_signals_table:
+            print("\nwithout the recordings' signals: blocks (signal discovery only):")
+            print(HEADER)
+            print("-" * len(HEADER))
+            for name, cases in loaded.items():
+                if not any(c.recording.signals for c in cases):
+                    continue
+                for strategy in strategies:
+                    runs = await run_set(cases, strategy=strategy, books=books, use_signals=False)
+                    print(row(name, strategy, runs, ""), flush=True)
+        if args.ablate:
+            print("\nhybrid AC@1 with one localisation rule switched off (opsagent/ranking.py RULES):")
+            names = list(loaded)
+            print(f"{'rule':<22} " + " ".join(f"{n:>10}" for n in names))
+            base = {n: ac(await run_set(loaded[n], strategy="hybrid", books=books), 1) for n in names}
+            print(f"{'(all rules on)':<22} " + " ".join(f"{base[n]:>10.3f}" for n in names))
+            for rule in ranking.RULES:
+                with ranking.without(rule):
+                    cells = [ac(await run_set(loaded[n], strategy="hybrid", books=books), 1) for n in names]
+                print(f"{rule:<22} " + " ".join(f"{c:>10.3f}" for c in cells), flush=True)
+    print(f"\n{time.strftime('%Y-%m-%d')}, playbook reasoner, replay sources, one run each")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "datasets")
+    parser.add_argument("--sets", default=",".join(ALL_SETS))
+    parser.add_argument("--strategies", default="hybrid,react")
+    parser.add_argument("--ablate", action="store_true", help="AC@1 with each ranking rule switched off")
+    parser.add_argument("--no-signals-table", action="store_true")
+    parser.add_argument("--misses", action="store_true", help="list hybrid's misses at top-1")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,335 @@
+"""Statistics of metric series for an incident: baseline against window, change point, ceiling.
+
+Pure functions over the recorded-incident models (:class:`~opsagent.fixtures.MetricSeries`): the
+replay sources compute them from a recording, the live sources from what a reader fetched, so an
+investigation sees the same observation live and in replay. No I/O here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+from opsagent.catalog import SignalCatalog
+from opsagent.fixtures import MetricSeries, SignalDef, unix
+from opsagent.models import Incident, SeriesStats
+from opsagent.stats import (
+    NEAR_CEILING,
+    SHORT_REFERENCE_RATIO,
+    Sample,
+    between,
+    ceiling_of,
+    change_point,
+    combine,
+    is_detached,
+    reference,
+    safe_ratio,
+    shift_direction,
+    this_period,
+    ts,
+)
+
+SERVICE_LABELS = ("service", "app", "application", "service_name", "job", "component", "container")
+_POD_SUFFIX = re.compile(r"^(.*?)(?:-[a-z0-9]{6,10})?-[a-z0-9]{5}$|^(.*?)-\d+$")
+
+
+def rollup(name: str, services: set[str]) -> str:
+    """The service a pod or instance name belongs to."""
+    best = max((s for s in services if name == s or name.startswith(s + "-")), key=len, default=None)
+    if best:
+        return best
+    m = _POD_SUFFIX.match(name)
+    return (m.group(1) or m.group(2)) if m else name
+
+
+def component_of(labels: dict[str, str], services: set[str]) -> str:
+    if "callee" in labels:
+        return labels["callee"]
+    for label in SERVICE_LABELS:
+        if label in labels:
+            return labels[label]
+    for label in ("pod", "instance", "pod_name"):
+        if label in labels:
+            return rollup(labels[label].split(":")[0], services)
+    return labels.get("__name__", "unknown")
+
+
+def is_counter(name: str, kind: str | None) -> bool:
+    """A series is a counter when it says so, or, saying nothing, when its name ends in ``_total``."""
+    return kind == "counter" or (kind is None and name.endswith("_total"))
+
+
+def as_rate(series: MetricSeries, default_type: str | None = None) -> list[Sample]:
+    """Counters become per-sample increases (reset-aware); gauges pass through."""
+    if not is_counter(series.name, series.type or default_type):
+        return list(series.samples)
+    out: list[Sample] = []
+    for (_, prev), (t, cur) in zip(series.samples, series.samples[1:], strict=False):
+        out.append((t, cur - prev if cur >= prev else cur))
+    return out
+
+
+#: A ceiling as a signal's stats take it: a constant, a series (the ceiling in force at each time), or none.
+Limit = list[Sample] | float | None
+
+
+def ceiling_series(matched: Sequence[MetricSeries], agg: Literal["max", "sum", "mean"]) -> Limit:
+    """The ceiling series, combined across pods the same way as the signal it bounds."""
+    return combine([as_rate(m) for m in matched], agg) if matched else None
+
+
+def signal_stats(
+    matched: Sequence[MetricSeries],
+    *,
+    query: str,
+    signal: str,
+    component: str,
+    spec: SignalDef,
+    incident: Incident,
+    limit: Limit,
+) -> SeriesStats:
+    """Statistics of the series a query matched, pods combined by the signal's aggregation."""
+    samples = combine([as_rate(m, spec.type) for m in matched], spec.agg)
+    return series_stats(
+        samples,
+        incident=incident,
+        signal=signal,
+        component=component,
+        query=query,
+        spec=spec,
+        series=len(matched),
+        limit=limit,
+    )
+
+
+#: Label values that say which end of a call edge measured it: the caller's (client) or the callee's
+#: (server). Istio's ``reporter``, OpenTelemetry's span kind and plain words alike.
+CLIENT_SIDES = frozenset({"source", "client", "caller", "outbound", "downstream"})
+SERVER_SIDES = frozenset({"destination", "server", "callee", "inbound", "upstream"})
+SIDE_LABELS = ("side", "reporter", "direction", "span_kind", "kind")
+#: Metric-name prefixes of node- and host-level exporters (node_exporter, Windows, host metrics):
+#: the figure is the machine's, shared by every pod on it.
+NODE_PREFIXES = ("node_", "host_", "machine_", "windows_")
+#: Labels that name a node or host.
+NODE_LABELS = ("node", "nodename", "kubernetes_node", "host", "hostname")
+
+
+def side_of(labels: dict[str, str]) -> Literal["client", "server"] | None:
+    for label in SIDE_LABELS:
+        value = labels.get(label, "").lower()
+        if value in CLIENT_SIDES:
+            return "client"
+        if value in SERVER_SIDES:
+            return "server"
+    return None
+
+
+def is_node_series(name: str) -> bool:
+    """A node's or host's figure (node_exporter's naming), not the service's own."""
+    return name.startswith(NODE_PREFIXES)
+
+
+def node_of(labels: dict[str, str], samples: Sequence[Sample]) -> str:
+    """The node a node-level series belongs to: its label, or else a fingerprint of its values (the
+    same node's series, repeated for every pod on it, carry the same values)."""
+    for label in NODE_LABELS:
+        if labels.get(label):
+            return labels[label]
+    digest = hashlib.sha1(",".join(f"{t:.0f}:{v:.6g}" for t, v in samples).encode()).hexdigest()[:8]
+    return f"node-{digest}"
+
+
+@dataclass(frozen=True)
+class ScanGroup:
+    """The series of one metric of one component: of one call edge and side, for edge metrics."""
+
+    component: str
+    metric: str
+    caller: str
+    members: list[list[Sample]]
+    side: Literal["client", "server"] | None = None
+    node: str | None = None
+
+    @property
+    def scope(self) -> Literal["service", "edge", "node"]:
+        return "node" if self.node is not None else "edge" if self.caller else "service"
+
+    def spec(self, catalog: SignalCatalog) -> tuple[str | None, SignalDef]:
+        signal = catalog.signal_of(self.metric)
+        found = catalog.get(signal) if signal else None
+        return signal, found or catalog.unlisted(self.metric)
+
+    def limit_query(self, catalog: SignalCatalog) -> str | None:
+        _, spec = self.spec(catalog)
+        return spec.limit.replace("$service", self.component) if spec.limit else None
+
+
+def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> list[ScanGroup]:
+    """Series grouped by component, metric, caller and side, in a stable order. Node-level series
+    are grouped by node as well, so a node's figure is read once per component on it."""
+    groups: dict[tuple[str, str, str, str, str], list[list[Sample]]] = defaultdict(list)
+    for s, component, samples in series:
+        node = node_of(s.labels, s.samples) if is_node_series(s.name) else ""
+        groups[(component, s.name, s.labels.get("caller", ""), side_of(s.labels) or "", node)].append(samples)
+    return [
+        ScanGroup(c, m, e, members, side=side or None, node=node or None)  # type: ignore[arg-type]
+        for (c, m, e, side, node), members in sorted(groups.items())
+    ]
+
+
+def scan_stats(group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, limit: Limit) -> SeriesStats:
+    signal, spec = group.spec(catalog)
+    edge, component = group.caller, group.component
+    side = f', side="{group.side}"' if group.side else ""
+    label = f'{{caller="{edge}", callee="{component}"{side}}}' if edge else f'{{service="{component}"}}'
+    stats = series_stats(
+        combine(group.members, "max" if group.node else spec.agg),
+        incident=incident,
+        signal=signal or group.metric,
+        component=component,
+        query=group.metric + label,
+        spec=spec,
+        series=len(group.members),
+        limit=limit,
+    )
+    return stats.model_copy(
+        update={"scope": group.scope, "caller": edge or None, "side": group.side, "node": group.node}
+    )
+
+
+def series_stats(
+    samples: list[Sample],
+    *,
+    incident: Incident,
+    signal: str,
+    component: str,
+    query: str,
+    spec: SignalDef,
+    series: int,
+    limit: list[Sample] | float | None,
+) -> SeriesStats:
+    b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
+    onset, end = unix(incident.onset), unix(incident.window.end)
+    refer = partial(reference, baseline=(b0, b1), window_start=unix(incident.window.start), onset=onset)
+    win = between(samples, onset, end)
+    ref = refer(samples)
+    floor = min_effect(spec)
+    centre, spread = (ref.centre, max(ref.spread, floor / 2)) if ref else (None, None)
+    window_max = max(win) if win else None
+    level = _worse_half(win, spec.direction, centre) if win else None
+    z = (level - centre) / spread if level is not None and centre is not None and spread else None
+    ratio = effect_ratio(level, centre, floor)
+    bar = {"min_ratio": SHORT_REFERENCE_RATIO, "max_ratio": 1 / SHORT_REFERENCE_RATIO} if ref and ref.short else {}
+    direction = shift_direction(z, ratio, **bar)
+    top = ceiling_of(spec.unit) if spec.direction == "down" else None
+    if top is not None and level is not None and centre is not None and centre >= NEAR_CEILING * top:
+        # Judged by its shortfall from the ceiling: 99.9% -> 99% is ten times the failures.
+        gap = refer([(t, top - v) for t, v in samples])
+        if gap is not None:
+            z = -((top - level) - gap.centre) / gap.spread
+            moved = shift_direction(-z, safe_ratio(top - level, gap.centre), **bar)
+            direction = "down" if moved == "up" else "up" if moved == "down" else moved
+    if level is not None and centre is not None and abs(level - centre) < floor:
+        direction = "flat"
+    if (spec.direction == "down" and direction == "up") or (spec.direction == "up" and direction == "down"):
+        direction = "flat" if direction != "unknown" else direction
+    detached = is_detached((b0, b1), window_start=unix(incident.window.start), onset=onset)
+    cp = change_point(this_period(samples, (b0, b1)) if detached else samples, onset - 30 * 60, end)
+    return SeriesStats(
+        signal=signal,
+        component=component,
+        query=query,
+        unit=spec.unit,
+        series=series,
+        baseline_mean=centre,
+        baseline_std=spread,
+        window_mean=level,
+        window_max=window_max,
+        peak_ratio=safe_ratio(window_max, centre),
+        mean_ratio=ratio,
+        z_score=z,
+        change_point=ts(cp) if cp is not None else None,
+        **_against_limit(samples, limit, onset, end),
+        direction=direction,
+    )
+
+
+#: The smallest change that matters, by unit, for a signal that does not say (``min_delta``): below
+#: it, a shift is noise however many times its tiny baseline it is (0 -> 0.13 requests/s is not a
+#: surge; 1 ms -> 3 ms is not a slowdown).
+UNIT_MIN_EFFECT: dict[str, float] = {
+    "s": 0.005,
+    "seconds": 0.005,
+    "ms": 5.0,
+    "milliseconds": 5.0,
+    "us": 5000.0,
+    "percent": 1.0,
+    "%": 1.0,
+    "ratio": 0.01,
+    "req/s": 1.0,
+    "requests/s": 1.0,
+    "ops": 1.0,
+    "1/s": 0.1,
+}
+
+
+def min_effect(spec: SignalDef) -> float:
+    """The smallest absolute change of a signal that counts: its own ``min_delta``, else its unit's."""
+    return spec.min_delta or UNIT_MIN_EFFECT.get((spec.unit or "").lower(), 0.0)
+
+
+def effect_ratio(level: float | None, centre: float | None, floor: float) -> float | None:
+    """How many times its normal level a signal moved, with levels below the smallest change that
+    counts read as that floor: a series rising from zero moves by level/floor, not by infinity."""
+    if level is None or centre is None:
+        return None
+    if floor > 0 and level >= 0 and centre >= 0:
+        return max(level, floor) / max(centre, floor)
+    return safe_ratio(level, centre)
+
+
+def _against_limit(
+    samples: list[Sample], limit: list[Sample] | float | None, start: float, end: float
+) -> dict[str, float | None]:
+    """How close the window came to its ceiling, each sample against the ceiling in force then
+    (a pool resized from 32 to 4 mid-window is full at 4)."""
+    if limit is None:
+        return {"limit": None, "limit_fraction": None}
+    if isinstance(limit, float | int):
+        peak = max(between(samples, start, end), default=None)
+        return {"limit": float(limit), "limit_fraction": safe_ratio(peak, float(limit))}
+    ceiling = sorted(limit)
+    best: tuple[float, float] | None = None
+    for t, v in samples:
+        if not (start <= t < end):
+            continue
+        i = bisect_right(ceiling, (t, math.inf)) - 1
+        lim = ceiling[max(i, 0)][1] if ceiling else None
+        frac = safe_ratio(v, lim)
+        if frac is not None and lim and (best is None or frac > best[0]):
+            best = (frac, lim)
+    if best is None:
+        return {"limit": None, "limit_fraction": None}
+    return {"limit": best[1], "limit_fraction": best[0]}
+
+
+def _worse_half(values: list[float], direction: str, centre: float | None) -> float:
+    """Mean of the worse half of the window: a 12-minute spike in a 30-minute window still shows."""
+    ordered = sorted(values)
+    half = max(1, len(ordered) // 2)
+    if direction == "down":
+        chosen = ordered[:half]
+    elif direction == "up" or centre is None:
+        chosen = ordered[-half:]
+    else:
+        low, high = ordered[:half], ordered[-half:]
+        lo_mean, hi_mean = sum(low) / len(low), sum(high) / len(high)
+        chosen = low if abs(lo_mean - centre) > abs(hi_mean - centre) else high
+    return sum(chosen) / len(chosen)

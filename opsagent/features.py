@@ -1,0 +1,271 @@
+"""Triage features: what each observation shows about each component, as named features.
+
+A feature is present when an expectation of the playbooks' vocabulary holds
+(:func:`opsagent.playbooks.evaluate`): the rule that makes ``log:new_error`` a triage feature is the
+rule a playbook's ``new_errors`` check runs, with the same threshold, written once. How much a
+present feature weighs is :mod:`opsagent.ranking`'s business, not this module's.
+
+Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
+
+* ``signal:<signal>:up|down`` a metric of the component shifted; ``near_limit:<signal>`` at its ceiling;
+* ``node:<signal>:up|down`` a figure of the node the component runs on (shared with its neighbours);
+* ``net:path_slow`` calls to or from the component got slower as their callers see them while the
+  callees' own view did not: the time is lost between them (a network delay on the component's links);
+* ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
+* ``change:<kind>`` a change to the component just before onset;
+* ``log:<family>`` a log family bursting, ``log:new_error`` new or bursting error templates,
+  ``log:new:<family>`` such templates of a family;
+* ``kube:oom_killed|crash_loop|image_pull|unschedulable|probe_failed|node_pressure`` what the
+  Kubernetes API says of the component's pods, their events and nodes;
+* ``caller:<feature>`` what the component's callers show.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from opsagent import kubestate, ranking
+from opsagent.fixtures import Edge
+from opsagent.logsummary import FAMILIES, families_of
+from opsagent.models import (
+    ChangesData,
+    Incident,
+    KubernetesData,
+    LogsData,
+    MetricsData,
+    Observation,
+    SeriesStats,
+    TracesData,
+)
+from opsagent.playbooks import Context, Expectation, evaluate, family_counts, new_error_templates
+from opsagent.stats import shortfall_ratio
+
+#: A change this long before onset (minutes) still counts as "just before".
+CHANGE_LOOKBACK_MIN = 30.0
+#: A call edge is slow on the path when the caller sees it at least this many times slower than
+#: before while the callee's own view of the same calls moved by less than half as much.
+PATH_SLOW_RATIO = 2.0
+
+#: The expectations behind the features: the playbooks' vocabulary, their default thresholds
+#: except where named here.
+SHIFTED_UP = Expectation(op="increased", min_ratio=1.0)  # the series' own test of a shift decides
+SHIFTED_DOWN = Expectation(op="decreased", max_ratio=1.0)
+AT_LIMIT = Expectation(op="near_limit", fraction=0.9)
+SELF_TIME_UP = Expectation(op="self_time_up")
+ERRORS_UP = Expectation(op="errors_up")
+FANOUT_UP = Expectation(op="fanout_up")
+WAITING = Expectation(op="waiting_on_callees")
+CHANGED = Expectation(op="change_before_onset", within_min=CHANGE_LOOKBACK_MIN)
+NEW_ERRORS = Expectation(op="new_errors")
+
+
+#: The cluster's signs: each feature is present when any of its expectations holds.
+KUBE_SIGNS: dict[str, tuple[Expectation, ...]] = {
+    "kube:oom_killed": (Expectation(op="terminated", reasons=list(kubestate.OOM)),),
+    "kube:crash_loop": (
+        Expectation(op="waiting", reasons=list(kubestate.CRASHING)),
+        Expectation(op="terminated", reasons=list(kubestate.BAD_EXIT)),
+    ),
+    "kube:image_pull": (Expectation(op="waiting", reasons=list(kubestate.IMAGE_PULL)),),
+    "kube:unschedulable": (Expectation(op="pending"), Expectation(op="kube_event", reasons=["FailedScheduling"])),
+    "kube:probe_failed": (Expectation(op="kube_event", reasons=["Unhealthy"], pattern=kubestate.PROBE.pattern),),
+    "kube:node_pressure": (Expectation(op="node_pressure"),),
+}
+
+
+def burst(family: str) -> Expectation:
+    return Expectation(op="family_burst", family=family)
+
+
+def new_errors_of(family: str) -> Expectation:
+    return Expectation(op="new_errors", family=family)
+
+
+class Profile:
+    """The features of one component, each with its magnitude and the observation behind it."""
+
+    def __init__(self) -> None:
+        self.features: dict[str, float] = {}
+        self.evidence: dict[str, str] = {}
+        self.why: list[str] = []
+
+    def add(self, feature: str, magnitude: float, obs: Observation, why: str) -> None:
+        if magnitude > self.features.get(feature, 0.0):
+            self.features[feature] = magnitude
+            self.evidence[feature] = obs.id
+            self.why.append(why)
+
+
+def profiles_from(observations: Iterable[Observation], incident: Incident) -> dict[str, Profile]:
+    """Features of every component that these observations show, with the observation behind each."""
+    profiles: dict[str, Profile] = defaultdict(Profile)
+    for obs in observations:
+        if not obs.ok:
+            continue
+        data = obs.data
+        if isinstance(data, MetricsData):
+            _metric_features(profiles, obs, data, incident)
+        elif isinstance(data, TracesData):
+            _trace_features(profiles, obs, data, incident)
+        elif isinstance(data, ChangesData):
+            _change_features(profiles, obs, data, incident)
+        elif isinstance(data, LogsData) and data.service is not None:
+            _log_features(profiles[data.service], obs, data, incident)
+        elif isinstance(data, KubernetesData):
+            _kube_features(profiles, obs, data, incident)
+    return profiles
+
+
+def _kube_features(profiles: dict[str, Profile], obs: Observation, data: KubernetesData, incident: Incident) -> None:
+    services = sorted({p.service for p in data.pods} | {e.service for e in data.events if e.service})
+    for service in services:
+        ctx = Context(incident=incident, service=service)
+        for feature, expectations in KUBE_SIGNS.items():
+            for exp in expectations:
+                outcome = evaluate(exp, obs, ctx)
+                if outcome.met:
+                    profiles[service].add(feature, ranking.KUBE_WEIGHT, obs, f"{feature[5:]}: {outcome.value}")
+                    break
+
+
+def _one(obs: Observation, s: SeriesStats) -> Observation:
+    """The observation narrowed to one of its series, so a single-series expectation can read it."""
+    return obs.model_copy(update={"data": MetricsData(stats=[s])})
+
+
+def _metric_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident) -> None:
+    for s in data.stats:
+        ctx = Context(incident=incident, service=s.component)
+        if s.direction not in ("up", "down"):
+            at_limit = s.limit_fraction is not None and evaluate(AT_LIMIT, _one(obs, s), ctx).met
+            if at_limit and s.scope != "node":
+                profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
+            continue
+        single = _one(obs, s)
+        if not evaluate(SHIFTED_UP if s.direction == "up" else SHIFTED_DOWN, single, ctx).met:
+            continue
+        shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
+        mag = ranking.metric_weight(shortfall or s.mean_ratio)
+        ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else ""
+        if s.scope == "node":
+            # The node's figure, shared by every pod on it: context, not the component's own anomaly.
+            profiles[s.component].add(f"node:{s.signal}:{s.direction}", mag, obs, f"node {s.signal} {s.direction}")
+            continue
+        profiles[s.component].add(f"signal:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
+        if s.limit_fraction is not None and evaluate(AT_LIMIT, single, ctx).met:
+            profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
+    _path_features(profiles, obs, data)
+
+
+def slow_paths(data: MetricsData) -> list[tuple[str, str, SeriesStats]]:
+    """Call edges whose caller-side latency rose while the callee-side view of the same calls did
+    not: (caller, callee, the caller-side stats). Only edges measured from both ends qualify."""
+    sides: dict[tuple[str, str, str], dict[str, SeriesStats]] = defaultdict(dict)
+    for s in data.stats:
+        if s.scope == "edge" and s.caller and s.side:
+            sides[(s.caller, s.component, s.query.split("{", 1)[0])][s.side] = s
+    out = []
+    for (caller, callee, _), pair in sorted(sides.items()):
+        client, server = pair.get("client"), pair.get("server")
+        if client is None or server is None or client.direction != "up" or client.mean_ratio is None:
+            continue
+        server_ratio = server.mean_ratio if server.direction == "up" and server.mean_ratio else 1.0
+        if client.mean_ratio >= PATH_SLOW_RATIO and client.mean_ratio >= 2 * server_ratio:
+            out.append((caller, callee, client))
+    return out
+
+
+def _path_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData) -> None:
+    """A component most of whose measured links got slow on the path is where the delay sits: a
+    network fault on a component's interface slows every call to and from it."""
+    slow = slow_paths(data)
+    if not slow:
+        return
+    links: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for s in data.stats:
+        if s.scope == "edge" and s.caller and s.side:
+            for end in (s.caller, s.component):
+                links[end].add((s.caller, s.component))
+    hit: dict[str, list[SeriesStats]] = defaultdict(list)
+    for caller, callee, s in slow:
+        hit[caller].append(s)
+        hit[callee].append(s)
+    for component, stats in sorted(hit.items()):
+        share = len(stats) / max(len(links[component]), 1)
+        loudest = max(ranking.metric_weight(s.mean_ratio) for s in stats)
+        why = f"{len(stats)} of its {len(links[component])} measured links slow between the ends"
+        profiles[component].add("net:path_slow", loudest * share, obs, why)
+
+
+def _trace_features(profiles: dict[str, Profile], obs: Observation, data: TracesData, incident: Incident) -> None:
+    for t in data.services:
+        ctx = Context(incident=incident, service=t.service)
+        if t.self_shift is not None and evaluate(SELF_TIME_UP, obs, ctx).met:
+            mag = ranking.self_time_weight(t.self_shift)
+            profiles[t.service].add("trace:self_time_up", mag, obs, f"self time x{t.self_shift:.1f}")
+        if evaluate(ERRORS_UP, obs, ctx).met:
+            why = f"{t.origin_errors_window} error spans born here"
+            profiles[t.service].add("trace:errors_up", ranking.TRACE_ERRORS_WEIGHT, obs, why)
+        if t.fanout_shift is not None and evaluate(FANOUT_UP, obs, ctx).met:
+            why = f"x{t.fanout_shift:.1f} calls per request"
+            profiles[t.service].add("trace:fanout_up", ranking.FANOUT_WEIGHT, obs, why)
+        if evaluate(WAITING, obs, ctx).met:
+            profiles[t.service].add("trace:waiting", ranking.WAITING_WEIGHT, obs, "time spent waiting on callees")
+
+
+def _change_features(profiles: dict[str, Profile], obs: Observation, data: ChangesData, incident: Incident) -> None:
+    for service in sorted({c.service for c in data.changes}):
+        for kind in ("deploy", "config", "flag", "infra", "scale"):
+            kinds = ["deploy", "rollout"] if kind == "deploy" else [kind]
+            exp = CHANGED.model_copy(update={"kinds": kinds})
+            outcome = evaluate(exp, obs, Context(incident=incident, service=service))
+            if outcome.met:
+                profiles[service].add(f"change:{kind}", ranking.CHANGE_WEIGHT, obs, outcome.value)
+
+
+def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: Incident) -> None:
+    ctx = Context(incident=incident, service=data.service or "")
+    for family in FAMILIES:
+        if data.families.get(family) and evaluate(burst(family), obs, ctx).met:
+            n, expected = family_counts(family, data, incident)
+            why = f"{n} '{family}' log lines (baseline {expected:.0f})"
+            profile.add(f"log:{family}", ranking.log_burst_weight(n, expected), obs, why)
+    if not evaluate(NEW_ERRORS, obs, ctx).met:
+        return
+    found = new_error_templates(data)
+    lines = sum(t.window_count for t in found)
+    why = f"{len(found)} new or bursting error template(s), {lines} lines: [{found[0].id}]"
+    profile.add("log:new_error", ranking.new_error_weight(lines), obs, why)
+    for family in sorted({f for t in found for f in families_of(t.sample)}):
+        if evaluate(new_errors_of(family), obs, ctx).met:
+            profile.add(f"log:new:{family}", ranking.NEW_FAMILY_WEIGHT, obs, f"new '{family}' errors")
+
+
+def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None:
+    """What a component's callers show, as ``caller:<feature>``: the failures a shared dependency
+    (a resolver, a database) causes are seen by its callers, not by itself."""
+    for e in sorted(graph, key=lambda e: (e.caller, e.callee)):
+        caller = profiles.get(e.caller)
+        if caller is None:
+            continue
+        callee = profiles[e.callee]
+        for feature, mag in list(caller.features.items()):
+            if feature.startswith(("log:", "signal:")):
+                key = f"caller:{feature}"
+                if mag > callee.features.get(key, 0.0):
+                    callee.features[key] = mag
+                    callee.evidence[key] = caller.evidence[feature]
+
+
+def has_data(obs: Observation) -> bool:
+    d = obs.data
+    if isinstance(d, MetricsData):
+        return bool(d.stats)
+    if isinstance(d, LogsData):
+        return d.total > 0
+    if isinstance(d, TracesData):
+        return bool(d.services)
+    if isinstance(d, KubernetesData):
+        return bool(d.workloads or d.events)
+    return isinstance(d, ChangesData)

@@ -1,0 +1,404 @@
+"""How suspects and hypotheses are ranked: every number that orders them, named, in one place.
+
+What counts as evidence is decided elsewhere (:mod:`opsagent.features` over the playbooks'
+expectation vocabulary): a feature is present or it is not. This module says how much a present
+feature weighs, how a component's score follows from its own features and its neighbours'
+(explaining away along the call graph), how hypotheses are scored and kept for the beam, and how
+the final suspects are ordered. "Why was X ranked above Y" is answered here.
+
+Each localisation rule has a name in :data:`RULES`; :func:`without` switches rules off for a
+block of code, so a benchmark can report what each rule buys on each data set (AC@1 with the rule
+removed). Investigations never switch rules off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from opsagent.fixtures import Edge
+from opsagent.graph import callees_of, callers_of, descendants
+from opsagent.models import CHANGE_KINDS, Hypothesis, HypothesisResult, Suspect
+
+# ---------------------------------------------------------------- rules that can be switched off
+
+#: The localisation rules, by name, with what each stands for.
+RULES: dict[str, str] = {
+    "callee_traffic": "the requests a callee receives are its callers' doing, not its own anomaly",
+    "mirrors": "an uninstrumented leaf with its sibling's symptom may front that sibling",
+    "failures": "failures are explained by failures; a merely slow dependency explains half of them",
+    "anomalous_path": "a component the alert reaches only through quiet components gets half its score",
+    "diversity": "the beam prefers the hypothesis that explains what the ones before it leave unexplained",
+}
+
+_disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
+
+
+def on(rule: str) -> bool:
+    """Whether a rule is in force (always, outside an ablation)."""
+    if rule not in RULES:
+        raise KeyError(f"unknown ranking rule {rule!r}")
+    return rule not in _disabled.get()
+
+
+@contextmanager
+def without(*rules: str) -> Iterator[None]:
+    """Switch rules off inside the block (for ablation benchmarks only)."""
+    unknown = [r for r in rules if r not in RULES]
+    if unknown:
+        raise KeyError(f"unknown ranking rule(s): {', '.join(unknown)}; known: {', '.join(RULES)}")
+    token = _disabled.set(_disabled.get() | frozenset(rules))
+    try:
+        yield
+    finally:
+        _disabled.reset(token)
+
+
+# ---------------------------------------------------------------- how much a feature weighs
+
+#: A metric shift's weight is log2 of its ratio, capped here (x8): beyond it, bigger is not likelier.
+METRIC_LOG2_CAP = 3.0
+#: Added to every metric shift that counts, so a small real shift outweighs no shift.
+METRIC_FLOOR = 0.25
+#: What an infinite ratio (a series rising from zero) counts as, before the cap.
+INFINITE_RATIO = 1e3
+#: Self time up by x(2^k) weighs k (capped like metrics) times this: a component slow on its own.
+SELF_TIME_WEIGHT = 1.2
+#: A log family bursting n times its baseline weighs log2(n)/this, capped at 1.
+LOG_BURST_DIVISOR = 4.0
+#: New or bursting error templates weigh NEW_ERROR_WEIGHT up to seven lines, growing with log2 of
+#: their lines beyond, up to twice that; each log family among them, NEW_FAMILY_WEIGHT.
+NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 1.0, 0.5
+#: Error spans born in a component, and more calls per request, each weigh this.
+TRACE_ERRORS_WEIGHT, FANOUT_WEIGHT = 1.0, 1.0
+#: A change just before onset weighs this.
+CHANGE_WEIGHT = 0.5
+#: Waiting on callees says where not to look; it barely weighs.
+WAITING_WEIGHT = 0.01
+
+
+def metric_weight(ratio: float | None) -> float:
+    """The weight of a metric shift by its ratio (window level / normal level)."""
+    if ratio is None or ratio <= 0:
+        return 0.0
+    ratio = ratio if ratio != math.inf else INFINITE_RATIO
+    return min(abs(math.log2(ratio)), METRIC_LOG2_CAP) + METRIC_FLOOR
+
+
+def self_time_weight(shift: float) -> float:
+    return min(math.log2(shift), METRIC_LOG2_CAP) * SELF_TIME_WEIGHT
+
+
+def log_burst_weight(count: int, expected: float) -> float:
+    return min(math.log2(count / max(expected, 1.0)) / LOG_BURST_DIVISOR, 1.0)
+
+
+def new_error_weight(lines: int) -> float:
+    return NEW_ERROR_WEIGHT * min(max(math.log2(1 + lines) / 3, 1.0), 2.0)
+
+
+# ---------------------------------------------------------------- a component's own score
+
+#: Features of the requests a component receives: for a callee, its callers' doing.
+TRAFFIC = "signal:request_rate:"
+#: Features that say a component fails (rather than slows down).
+FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
+#: Beyond its loudest metric, each of the next three counts this much.
+NEXT_METRICS = 0.3
+#: How much a self-time shift counts against metrics (traces measure the component itself).
+SELF_TIME_FACTOR = 1.5
+#: Caps on what logs and changes add to a component's own score.
+LOG_CAP, CHANGE_CAP = 2.0, 0.5
+#: A sign the Kubernetes API gives of a component (an OOM kill, a crash loop, … see opsagent.features)
+#: weighs this; together they add at most KUBE_CAP: the cluster says *that* pods fail, not why.
+KUBE_WEIGHT, KUBE_CAP = 0.75, 1.5
+
+
+def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
+    """How anomalous a component is on its own evidence. The requests a component receives are its
+    callers' doing (a retry storm, a caller gone quiet), so for a callee they do not count: only
+    where traffic arrives from outside (no callers) is a change in it the component's own."""
+    skip_traffic = called and on("callee_traffic")
+    metric = sorted(
+        (
+            v
+            for k, v in features.items()
+            if k.startswith(("signal:", "near_limit:")) and not (skip_traffic and k.startswith(TRAFFIC))
+        ),
+        reverse=True,
+    )
+    score = (metric[0] + NEXT_METRICS * sum(metric[1:4])) if metric else 0.0
+    score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
+    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
+    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
+    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
+    return score
+
+
+# ---------------------------------------------------------------- along the call graph
+
+#: How much of a caller's anomaly an anomalous callee explains away.
+EXPLAIN_AWAY = 0.6
+#: How much of a caller's failures a dependency that only slowed down explains (timeouts).
+SLOW_EXPLAINS_FAILING = 0.5
+#: A component slow on its own (self time up) keeps this share of what its callees would explain.
+SELF_SLOW_EXPLAINED = 0.3
+#: A callee whose anomaly explains its callers' gains this share of the largest of theirs.
+EXPLAINS_CALLERS = 0.2
+#: A component reached only through components that show nothing (or not reached) keeps this share.
+OFF_PATH = 0.5
+
+
+def symptoms(features: Mapping[str, float]) -> set[str]:
+    return {k for k in features if k.startswith("signal:") and not k.startswith(TRAFFIC)}
+
+
+def fronted(graph: list[Edge], features: Mapping[str, Mapping[str, float]], traced: set[str]) -> list[Edge]:
+    """Edges the graph cannot show: an uninstrumented leaf (a load balancer, a remote endpoint, known
+    only from its callers' side) may front a sibling its caller also reaches directly.
+
+    A leaf with no spans of its own has unknown callees, while an instrumented sibling's callees are
+    known and do not include the leaf. So when both show the same symptom, the sibling's anomaly can
+    explain the leaf's (the leaf may sit in front of it) and not the other way round: the leaf is
+    given the sibling as a possible callee, and explaining-away does the rest."""
+    if not on("mirrors"):
+        return []
+    below = callees_of(graph)
+    out = []
+    for caller in sorted(below):
+        group = below[caller]
+        for leaf in sorted(group):
+            if below.get(leaf) or leaf in traced or leaf not in features:
+                continue
+            shown = symptoms(features[leaf])
+            for sibling in sorted(group - {leaf}):
+                if below.get(sibling) and sibling in features and shown & symptoms(features[sibling]):
+                    out.append(Edge(caller=leaf, callee=sibling, source="declared"))
+    return out
+
+
+def propagate(
+    own: Mapping[str, float], graph: list[Edge], features: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """Callers whose anomaly an anomalous callee explains give way; such callees gain a little.
+
+    Failures are explained by failures: a dependency that fails accounts for its callers' errors,
+    one that only slowed down accounts for them in part (timeouts), so a failing caller above a
+    merely slow dependency keeps most of its own score."""
+    callers = callers_of(graph)
+    below_sets = {n: descendants(graph, (n,)) - {n} for n in set(own) | set(callers_of(graph)) | set(callees_of(graph))}
+    failing = {n: own_score({k: v for k, v in f.items() if k.startswith(FAILURES)}) for n, f in features.items()}
+
+    def below(node: str, scores: Mapping[str, float]) -> float:
+        return max((scores.get(d, 0.0) for d in below_sets.get(node, ())), default=0.0)
+
+    out: dict[str, float] = {}
+    for node in sorted(below_sets):
+        mine = own.get(node, 0.0)
+        if mine <= 0:
+            out[node] = 0.0
+            continue
+        explained = min(below(node, own) / mine, 1.0)
+        share = min(failing.get(node, 0.0) / mine, 1.0) if on("failures") else 0.0
+        if share:
+            by_failures = min(below(node, failing) / mine, 1.0)
+            explained = (1 - share) * explained + share * max(by_failures, SLOW_EXPLAINS_FAILING * explained)
+        if "trace:self_time_up" in features.get(node, {}):
+            explained *= SELF_SLOW_EXPLAINED  # it is slow on its own, not only waiting
+        score = mine * (1 - EXPLAIN_AWAY * explained)
+        up = max((own.get(c, 0.0) for c in callers.get(node, ())), default=0.0)
+        score += EXPLAINS_CALLERS * min(up, mine)
+        out[node] = score
+    return out
+
+
+def anomalous_reach(graph: list[Edge], roots: tuple[str, ...], own: Mapping[str, float]) -> set[str]:
+    """Components the alert can be traced to through anomalous callers: a fault reaches the alerting
+    service only through components it disturbs. A component with no telemetry is unknown, not
+    quiet, so the path may pass through it; one that shows nothing blocks it."""
+    below = callees_of(graph)
+    seen = set(roots)
+    frontier = sorted(roots)
+    while frontier:
+        node = frontier.pop()
+        if node not in roots and own.get(node, 0.0) <= 0 and node in own:
+            continue
+        for callee in sorted(below.get(node, ())):
+            if callee not in seen:
+                seen.add(callee)
+                frontier.append(callee)
+    return seen
+
+
+def reach_weight(component: str, *, reachable: bool, carried: set[str]) -> float:
+    """A component the alert reaches through anomalous components counts fully; others, OFF_PATH."""
+    if not on("anomalous_path"):
+        return 1.0 if reachable else OFF_PATH
+    return 1.0 if reachable and component in carried else OFF_PATH
+
+
+# ---------------------------------------------------------------- hypotheses
+
+#: How many of triage's top components get hypotheses.
+TOP_COMPONENTS = 6
+#: A hypothesis' score: prior x (MATCH_FLOOR + how well the playbook fits) x (WEIGHT_FLOOR + the
+#: component's triage score relative to the best). The floors keep a good fit on a lesser suspect,
+#: or a loose fit on the top suspect, in the running.
+MATCH_FLOOR, WEIGHT_FLOOR = 0.25, 0.2
+#: A candidate scoring below this share of the round's best waits for the next beam (pruning).
+BEAM_FLOOR = 0.2
+#: How much a lesson lowers the kind it refuted, where its trigger shows again.
+LESSON_PENALTY = 0.5
+#: What a hypothesis that explains nothing the beam has not explained already is still worth.
+REDUNDANT = 0.2
+#: Untested hypotheses carry this share of their score into the suspects' order, as a tie-break.
+HYPOTHESIS_TIEBREAK = 0.01
+
+
+def hypothesis_score(prior: float, match: float, weight: float) -> float:
+    return prior * (MATCH_FLOOR + match) * (WEIGHT_FLOOR + weight)
+
+
+def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypothesis]:
+    """Order for the beam by marginal explanation (like MMR): after the best hypothesis, prefer the
+    one that accounts for the most evidence (weighted by its magnitude) the ones before it leave
+    unexplained. A change and the mechanism it set off explain the same features; a rival
+    explanation of the loudest symptom does not."""
+    if not on("diversity"):
+        return list(ranked)
+    left = list(ranked)
+    explained: set[str] = set()
+    out: list[Hypothesis] = []
+    while left:
+
+        def worth(h: Hypothesis) -> float:
+            if not h.explains:
+                return h.score * REDUNDANT
+            total = sum(weights.get(f, 1.0) for f in h.explains) or 1.0
+            novel = sum(weights.get(f, 1.0) for f in sorted(set(h.explains) - explained)) / total
+            return h.score * (REDUNDANT + (1 - REDUNDANT) * novel)
+
+        best = max(left, key=lambda h: (worth(h), -left.index(h)))
+        left.remove(best)
+        out.append(best)
+        explained.update(best.explains)
+    return out
+
+
+# ---------------------------------------------------------------- the suspects of the report
+
+_STATUS_ORDER = {"confirmed": 0, "probable": 1, "inconclusive": 2, "unverified": 2, "refuted": 3}
+#: How much a component's triage score counts when its hypotheses found support, were not tested,
+#: or were all refuted.
+OPEN, UNTESTED, RULED_OUT = 1.0, 0.8, 0.5
+
+
+def suspects(
+    proposed: Sequence[Hypothesis],
+    results: Sequence[HypothesisResult],
+    components: Sequence[tuple[str, float, list[str]]],
+    graph: list[Edge],
+) -> list[Suspect]:
+    """One entry per component: confirmed first, then probable, then the rest by score.
+
+    ``components`` are triage's (component, score, why). Among proven causes, a change comes first
+    (it set the mechanism off), then a cause that explains another (a pool starved by slow queries;
+    a callee whose failure its callers show), then the higher score. The rest are ranked by triage
+    score, discounted when every hypothesis about the component was refuted, so an honest
+    "inconclusive" still says where to look first."""
+    verdicts = {r.hypothesis.id: r for r in results}
+    top = max((score for _, score, _ in components), default=0.0) or 1.0
+    norm = {c: score / top for c, score, _ in components}
+    proven: list[tuple[Hypothesis, HypothesisResult]] = []
+    rest: dict[str, Suspect] = {}
+    for h in proposed:
+        r = verdicts.get(h.id)
+        if r is not None and r.verdict.status in ("confirmed", "probable"):
+            proven.append((h, r))
+            continue
+        status = r.verdict.status if r else "unverified"
+        if status == "refuted":
+            candidate = Suspect(
+                component=h.component,
+                kind="unknown",
+                score=round(norm.get(h.component, 0) * RULED_OUT, 4),
+                status="unverified",
+                why=f"{h.kind} refuted: {r.verdict.reason if r else ''}",
+            )
+        else:
+            weight = OPEN if r is not None and r.verdict.supporting else UNTESTED
+            candidate = Suspect(
+                component=h.component,
+                kind=h.kind,
+                score=round(norm.get(h.component, 0) * weight + h.score * HYPOTHESIS_TIEBREAK, 4),
+                status=status,
+                why=r.verdict.reason if r else "; ".join(h.why),
+            )
+        cur = rest.get(h.component)
+        if cur is None or _rest_order(candidate) < _rest_order(cur):
+            rest[h.component] = candidate
+    for component, score, why in components:
+        if score > 0 and component not in rest:
+            rest[component] = Suspect(
+                component=component,
+                kind="unknown",
+                score=round(norm[component] * UNTESTED, 4),
+                status="unverified",
+                why="; ".join(why[:3]) or "anomalous",
+            )
+    ordered = sorted(proven, key=lambda hr: _proven_order(hr, proven, graph))
+    out: list[Suspect] = []
+    for h, r in ordered:
+        if all(s.component != h.component for s in out):
+            out.append(
+                Suspect(
+                    component=h.component, kind=h.kind, score=h.score, status=r.verdict.status, why=r.verdict.reason
+                )
+            )
+    out.extend(s for s in sorted(rest.values(), key=_rest_order) if all(o.component != s.component for o in out))
+    return out
+
+
+def _rest_order(s: Suspect) -> tuple[float, int, str]:
+    return (-s.score, 0 if s.kind != "unknown" else 1, s.component)
+
+
+def _proven_order(
+    hr: tuple[Hypothesis, HypothesisResult], proven: list[tuple[Hypothesis, HypothesisResult]], graph: list[Edge]
+) -> tuple[int, int, int, float, str]:
+    h, r = hr
+    status = _STATUS_ORDER[r.verdict.status]
+    change_first = 0 if h.kind in CHANGE_KINDS else 1
+    explains = sum(1 for o, _ in proven if o is not h and explains_hypothesis(h, o, graph))
+    return (status, change_first, -explains, -h.score, h.id)
+
+
+def explains_hypothesis(a: Hypothesis, b: Hypothesis, graph: list[Edge]) -> bool:
+    """Whether a's fault accounts for b's: a consequence its playbook names, or a callee of b's component."""
+    if b.kind in a.consequences and (
+        a.component == b.component
+        or a.component in descendants(graph, (b.component,))
+        or _siblings(a.component, b.component, graph)  # a cache failing loads the database beside it
+    ):
+        return True
+    return a.component != b.component and a.component in descendants(graph, (b.component,))
+
+
+def _siblings(a: str, b: str, graph: list[Edge]) -> bool:
+    callers = callers_of(graph)
+    return bool(callers.get(a, set()) & callers.get(b, set()))
+
+
+# ---------------------------------------------------------------- confidence
+
+#: A confirmed verdict starts at CONFIRMED_BASE and gains CONFIRMED_PER_KIND per kind of source
+#: behind it, up to CONFIRMED_MAX; a probable verdict (one kind of source only) is PROBABLE.
+CONFIRMED_BASE, CONFIRMED_PER_KIND, CONFIRMED_MAX, PROBABLE = 0.5, 0.15, 0.95, 0.5
+
+
+def confidence(status: str, source_kinds: int) -> float:
+    if status == "confirmed":
+        return min(CONFIRMED_BASE + CONFIRMED_PER_KIND * source_kinds, CONFIRMED_MAX)
+    return PROBABLE if status == "probable" else 0.0
