@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 INCIDENT ?= fixtures/incidents/order-service-threadpool-config
 
-.PHONY: setup demo test lint system-deps replay bench fixtures clean
+.PHONY: setup demo test lint system-deps replay bench fixtures clean wheel-smoke
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ system-deps:
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest
+
+## The wheel as a user installs it: built, installed into a fresh venv outside the checkout, demo run from
+## there (also part of `make test`).
+wheel-smoke: $(STAMP)
+	$(PY) -m pytest tests/test_packaging.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check opsagent adapters tests benchmarks fixtures/generate.py

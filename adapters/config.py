@@ -19,8 +19,11 @@ from adapters.changes_git import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader
+from adapters.kubernetes import KubernetesReader, open_api
+from adapters.kubesource import KubernetesState, RolloutChanges
 from adapters.live import (
     ChangesFanOut,
+    KubernetesFanOut,
     LiveChanges,
     LiveLogs,
     LiveMetrics,
@@ -29,8 +32,10 @@ from adapters.live import (
     MetricsFanOut,
     TracesFanOut,
 )
+from adapters.loki import LokiReader
 from adapters.prometheus import PrometheusReader, prometheus_client
 from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
+from adapters.protocols import KubernetesReader as KubeReader
 from adapters.readers import LogBatch
 from adapters.sourceconfig import (
     AnySourceConfig,
@@ -39,6 +44,8 @@ from adapters.sourceconfig import (
     GitConfig,
     HttpSourceConfig,
     JaegerConfig,
+    KubernetesConfig,
+    LokiConfig,
     PrometheusConfig,
     SourcesConfig,
 )
@@ -46,7 +53,7 @@ from adapters.tempo import TempoReader
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
 from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
 from opsagent.errors import SourceUnavailable
-from opsagent.fixtures import Change, Edge, MetricSeries, SignalDef, Span
+from opsagent.fixtures import Change, Edge, KubeObject, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
 from opsagent.sources import Sources
 
@@ -72,9 +79,11 @@ def scan_catalog(overrides: Mapping[str, SignalDef] | None = None) -> SignalCata
 # ---------------------------------------------------------------- building
 
 
-def httpx_client(config: HttpSourceConfig, environ: Mapping[str, str]) -> httpx.AsyncClient:
+def httpx_client(
+    config: HttpSourceConfig, environ: Mapping[str, str], *, headers: Mapping[str, str] | None = None
+) -> httpx.AsyncClient:
     token, basic = config.credentials(environ)
-    headers = dict(config.headers)
+    headers = {**config.headers, **(headers or {})}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return httpx.AsyncClient(
@@ -123,6 +132,31 @@ def reader_for(config: AnySourceConfig, environ: Mapping[str, str]) -> Any:
             max_hits=config.max_hits,
             page_size=config.page_size,
         )
+    if isinstance(config, LokiConfig):
+        tenant = {"X-Scope-OrgID": config.tenant} if config.tenant else None
+        return LokiReader(
+            httpx_client(config, environ, headers=tenant),
+            name=config.name,
+            labels=config.labels,
+            selector=config.selector,
+            parser=config.parser,
+            max_lines=config.max_lines,
+            page_size=config.page_size,
+        )
+    if isinstance(config, KubernetesConfig):
+        cfg = config
+        return KubernetesReader(
+            lambda: open_api(
+                auth=cfg.auth,
+                kubeconfig=cfg.kubeconfig,
+                context=cfg.context,
+                serviceaccount=cfg.serviceaccount,
+                timeout_s=cfg.timeout_s,
+            ),
+            name=cfg.name,
+            namespaces=cfg.namespaces,
+            argo_rollouts=cfg.argo_rollouts,
+        )
     if isinstance(config, GitConfig):
         return GitChangesReader(
             git_cli(config.path, timeout_s=config.timeout_s),
@@ -147,6 +181,9 @@ def reader_for(config: AnySourceConfig, environ: Mapping[str, str]) -> Any:
 
 async def close_reader(reader: Any) -> None:
     """Close the client a reader holds, whatever kind it is."""
+    if isinstance(reader, KubernetesReader):
+        await reader.aclose()
+        return
     client = getattr(reader, "client", None)
     if isinstance(client, httpx.AsyncClient):
         await client.aclose()
@@ -179,10 +216,12 @@ class LiveSources:
 READS = {
     "prometheus": "metrics",
     "elasticsearch": "logs",
+    "loki": "logs",
     "git": "changes",
     "change_feed": "changes",
     "jaeger": "traces",
     "tempo": "traces",
+    "kubernetes": "kubernetes",
 }
 
 
@@ -216,6 +255,9 @@ class Unopened:
     async def edges(self, **_: object) -> list[Edge]:
         self._refuse()
 
+    async def objects(self, **_: object) -> list[KubeObject]:
+        self._refuse()
+
 
 def open_live_sources(
     config: SourcesConfig,
@@ -229,7 +271,8 @@ def open_live_sources(
     fanned into one, under the live sources."""
     env = os.environ if environ is None else environ
     raw: list[Any] = []
-    by_kind: dict[str, list[Any]] = {"metrics": [], "logs": [], "changes": [], "traces": []}
+    by_kind: dict[str, list[Any]] = {"metrics": [], "logs": [], "changes": [], "traces": [], "kubernetes": []}
+    labels: list[str] = []
     for cfg in config.all():
         try:
             reader = reader_for(cfg, env)
@@ -238,6 +281,8 @@ def open_live_sources(
             log.warning("source.unopened", source=f"{cfg.kind}:{cfg.name}", error=reason)
             reader = Unopened(f"{READS[cfg.kind]}:{cfg.name}", reason)
         raw.append(reader)
+        if isinstance(cfg, KubernetesConfig):
+            labels.extend(label for label in cfg.service_labels if label not in labels)
         wrapped: Any = reader
         if cfg.rate_limit_per_s:
             wrapped = rate_limited(wrapped, RateLimiter(rate=cfg.rate_limit_per_s))
@@ -249,6 +294,12 @@ def open_live_sources(
     logs: Sequence[LogsReader] = by_kind["logs"]
     changes: Sequence[ChangesReader] = by_kind["changes"]
     traces: Sequence[TracesReader] = by_kind["traces"]
+    kube: Sequence[KubeReader] = by_kind["kubernetes"]
+    state = (
+        KubernetesState(kube[0] if len(kube) == 1 else KubernetesFanOut(kube), service_labels=labels) if kube else None
+    )
+    if state is not None:  # the clusters' rollout history is a change source beside the others
+        changes = [*changes, RolloutChanges(state)]
     sources = Sources(
         metrics=LiveMetrics(
             metrics[0] if len(metrics) == 1 else MetricsFanOut(metrics),
@@ -260,6 +311,7 @@ def open_live_sources(
         logs=LiveLogs(logs[0] if len(logs) == 1 else LogsFanOut(logs), summariser=summariser) if logs else None,
         changes=LiveChanges(changes[0] if len(changes) == 1 else ChangesFanOut(changes)) if changes else None,
         traces=LiveTraces(traces[0] if len(traces) == 1 else TracesFanOut(traces)) if traces else None,
+        kubernetes=state,
     )
     return LiveSources(sources=sources, catalog=catalog, readers=raw)
 

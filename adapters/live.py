@@ -16,7 +16,7 @@ from typing import Literal, TypeVar
 
 import structlog
 
-from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
+from adapters.protocols import ChangesReader, KubernetesReader, LogsReader, MetricsReader, TracesReader
 from adapters.readers import LogBatch, LogCounts, LogQuery
 from opsagent.analysis.changes import change_records, changes_range
 from opsagent.analysis.logs import post_onset, text_pattern
@@ -37,7 +37,7 @@ from opsagent.analysis.spans import neighbours, span_times, trace_summary
 from opsagent.calls import report_partial
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import SourceError
-from opsagent.fixtures import Change, Edge, LogRecord, MetricSeries, SignalDef, Span, unix
+from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, LogRecord, MetricSeries, SignalDef, Span, unix
 from opsagent.logsummary import SimpleSummariser, Summariser
 from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TimeRange, TracesData
 from opsagent.selector import SelectorError, parse
@@ -269,7 +269,9 @@ async def fan_out(name: str, readers: Sequence[R], call: Callable[[R], Awaitable
     return answers
 
 
-def _fanned_name(readers: Sequence[MetricsReader | LogsReader | ChangesReader | TracesReader]) -> str:
+def _fanned_name(
+    readers: Sequence[MetricsReader | LogsReader | ChangesReader | TracesReader | KubernetesReader],
+) -> str:
     kind = readers[0].name.split(":")[0]
     return kind + ":" + "+".join(r.name.split(":", 1)[-1] for r in readers)
 
@@ -357,3 +359,19 @@ class TracesFanOut:
         answers = await fan_out(self.name, self.readers, lambda r: r.edges(start=start, end=end))
         pairs = {(e.caller, e.callee) for a in answers for e in a}
         return [Edge(caller=a, callee=b, source="traces") for a, b in sorted(pairs)]
+
+
+class KubernetesFanOut:
+    """Several clusters read as one; an object two readers both see (same namespace and name) counts once."""
+
+    def __init__(self, readers: Sequence[KubernetesReader]) -> None:
+        self.readers = list(readers)
+        self.name = _fanned_name(self.readers)
+
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        answers = await fan_out(self.name, self.readers, lambda r: r.objects(kind=kind))
+        seen: dict[tuple[str, str], KubeObject] = {}
+        for answer in answers:
+            for o in answer:
+                seen.setdefault((o.namespace, o.name), o)
+        return list(seen.values())

@@ -12,11 +12,12 @@ from datetime import datetime
 from typing import Protocol
 
 from adapters.readers import LogBatch, LogQuery
-from opsagent.fixtures import Change, Edge, MetricSeries, Span
+from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, MetricSeries, Span
 
 # A live source is the replay computation over raw records a *reader* fetches from a real system
-# (adapters.live). Each backend (Prometheus, Elasticsearch, git, a change feed, Jaeger, Tempo) is a
-# reader; wrappers (rate limit, recording) wrap readers, and several readers of one kind read as one.
+# (adapters.live). Each backend (Prometheus, Elasticsearch, Loki, git, a change feed, Jaeger, Tempo,
+# the Kubernetes API) is a reader; wrappers (rate limit, recording) wrap readers, and several readers
+# of one kind read as one.
 # Readers return the recorded-incident models, so what they read can be written as a fixture.
 
 
@@ -54,3 +55,10 @@ class TracesReader(Protocol):
 
     async def edges(self, *, start: datetime, end: datetime) -> list[Edge]:
         """Call edges (caller service -> callee service) seen in [start, end)."""
+
+
+class KubernetesReader(Protocol):
+    name: str
+
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        """Every object of a kind in the namespaces the reader reads, as the API serves it."""

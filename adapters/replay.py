@@ -12,6 +12,7 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Literal
 
+from adapters.kubesource import replay_kubernetes
 from opsagent.analysis.changes import change_records
 from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
@@ -41,11 +42,13 @@ from opsagent.stats import Sample
 def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Summariser | None = None) -> Sources:
     """A source for each kind of telemetry the recording holds."""
     present = recording.present
+    kubernetes, with_rollouts = replay_kubernetes(recording)  # rollout history joins the changes
     return Sources(
         metrics=ReplayMetrics(recording, catalog) if "metrics" in present else None,
         logs=ReplayLogs(recording, summariser) if "logs" in present else None,
-        changes=ReplayChanges(recording) if "changes" in present else None,
+        changes=ReplayChanges(with_rollouts) if present & {"changes", "kubernetes"} else None,
         traces=ReplayTraces(recording) if "traces" in present else None,
+        kubernetes=kubernetes,
     )
 
 

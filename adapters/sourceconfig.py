@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from opsagent.redaction import CREDENTIAL_NAME
 
-Kind = Literal["prometheus", "elasticsearch", "git", "change_feed", "jaeger", "tempo"]
+Kind = Literal[
+    "prometheus", "elasticsearch", "loki", "git", "change_feed", "jaeger", "tempo", "kubernetes", "alertmanager"
+]
 Secret = Literal["token", "password", "api_key"]
 ChangeKind = Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
 TimeFormat = Literal["rfc3339", "unix", "unix_ms"]
@@ -317,7 +319,78 @@ class TempoConfig(HttpSourceConfig):
     max_traces: int = Field(default=50, ge=1, description="traces per service and period (each one a request)")
 
 
-AnySourceConfig = PrometheusConfig | ElasticsearchConfig | GitConfig | ChangeFeedConfig | JaegerConfig | TempoConfig
+class LokiLabels(BaseModel):
+    """Where each part of a log record lives in Loki: stream labels (or labels a parser stage
+    extracts). The line itself is the message. Defaults: what Grafana Alloy / Promtail's Kubernetes
+    discovery and Loki's ``service_name`` detection write."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    service: str = "service_name"
+    level: str | None = Field(default="detected_level", description="label (or extracted field) with the level")
+    trace_id: str | None = "trace_id"
+    pod: str | None = "pod"
+
+
+class LokiConfig(HttpSourceConfig):
+    kind: Kind = "loki"
+    tenant: str | None = Field(default=None, description="X-Scope-OrgID, for a multi-tenant Loki")
+    selector: str = Field(default="", description='stream matchers every query adds, e.g. namespace="prod" (no braces)')
+    parser: Literal["none", "json", "logfmt"] = Field(
+        default="none", description="a parser stage that extracts level / trace id from the line"
+    )
+    labels: LokiLabels = Field(default_factory=LokiLabels)
+    max_lines: int = Field(default=10_000, ge=1, description="raw lines read per summary at most")
+    page_size: int = Field(default=5_000, ge=1, le=50_000, description="lines per query_range request")
+
+    @field_validator("selector")
+    @classmethod
+    def _matchers(cls, selector: str) -> str:
+        if selector.strip().startswith("{"):
+            raise ValueError('write the matchers without braces, e.g. namespace="prod"')
+        return selector.strip()
+
+
+class KubernetesConfig(SourceConfig):
+    """A cluster, read-only. Credentials: a kubeconfig (its current context, or ``context``), or the
+    pod's service account when opsagent runs in the cluster; ``auto`` tries the kubeconfig first."""
+
+    kind: Kind = "kubernetes"
+    auth: Literal["auto", "kubeconfig", "in_cluster"] = "auto"
+    kubeconfig: Path | None = Field(default=None, description="default: $KUBECONFIG, else ~/.kube/config")
+    context: str | None = None
+    serviceaccount: Path = Field(
+        default=Path("/var/run/secrets/kubernetes.io/serviceaccount"), description="the mounted service-account token"
+    )
+    namespaces: list[str] = Field(
+        default_factory=list, description="namespaces to read; empty: all (needs a ClusterRole, see README)"
+    )
+    service_labels: list[str] = Field(
+        default_factory=lambda: ["app.kubernetes.io/name", "app", "k8s-app", "service", "app.kubernetes.io/instance"],
+        min_length=1,
+        description="pod labels naming the service, tried in order (then the owning workload's name)",
+    )
+    argo_rollouts: bool = Field(default=True, description="read Argo Rollouts' history too (where the CRD exists)")
+
+
+class AlertmanagerConfig(HttpSourceConfig):
+    """The Alertmanager ``opsagent alerts`` and ``investigate --alert`` read what is firing from (its v2
+    API). Not a telemetry source: a source of triggers. Token or password: ``OPSAGENT_ALERTMANAGER_MAIN_*``."""
+
+    kind: Kind = "alertmanager"
+    name: str = "main"
+
+
+AnySourceConfig = (
+    PrometheusConfig
+    | ElasticsearchConfig
+    | LokiConfig
+    | GitConfig
+    | ChangeFeedConfig
+    | JaegerConfig
+    | TempoConfig
+    | KubernetesConfig
+)
 
 
 class SourcesConfig(BaseModel):
@@ -327,14 +400,16 @@ class SourcesConfig(BaseModel):
 
     prometheus: list[PrometheusConfig] = Field(default_factory=list)
     elasticsearch: list[ElasticsearchConfig] = Field(default_factory=list)
+    loki: list[LokiConfig] = Field(default_factory=list)
     git: list[GitConfig] = Field(default_factory=list)
     change_feed: list[ChangeFeedConfig] = Field(default_factory=list)
     jaeger: list[JaegerConfig] = Field(default_factory=list)
     tempo: list[TempoConfig] = Field(default_factory=list)
+    kubernetes: list[KubernetesConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> SourcesConfig:
-        for kind in ("prometheus", "elasticsearch", "git", "change_feed", "jaeger", "tempo"):
+        for kind in type(self).model_fields:
             names = [c.name for c in getattr(self, kind)]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
@@ -342,7 +417,16 @@ class SourcesConfig(BaseModel):
         return self
 
     def all(self) -> list[AnySourceConfig]:
-        return [*self.prometheus, *self.elasticsearch, *self.git, *self.change_feed, *self.jaeger, *self.tempo]
+        return [
+            *self.prometheus,
+            *self.elasticsearch,
+            *self.loki,
+            *self.git,
+            *self.change_feed,
+            *self.jaeger,
+            *self.tempo,
+            *self.kubernetes,
+        ]
 
     def empty(self) -> bool:
         return not self.all()

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from adapters.readers import EXPRESSION_NAME, LogBatch, LogQuery
-from opsagent.fixtures import Change, Edge, LogRecord, MetricSeries, Span
+from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, LogRecord, MetricSeries, Span
 
 #: The label a recorded expression result carries its query under.
 QUERY_LABEL = "__query__"
@@ -105,6 +105,10 @@ class WrappedReader:
         out: list[Edge] = await self._through("edges", start=start, end=end)
         return out
 
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        out: list[KubeObject] = await self._through("objects", kind=kind)
+        return out
+
 
 def rate_limited(reader: Any, limiter: RateLimiter) -> WrappedReader:
     return WrappedReader(reader, before=limiter.acquire)
@@ -125,6 +129,7 @@ class Recorder:
     changes: dict[str, Change] = field(default_factory=dict)
     spans: dict[tuple[str, str], Span] = field(default_factory=dict)
     edges: set[tuple[str, str]] = field(default_factory=set)
+    kubernetes: dict[tuple[str, str, str], KubeObject] = field(default_factory=dict)
 
     def take(self, method: str, args: dict[str, Any], answer: object) -> None:
         if isinstance(answer, LogBatch):
@@ -145,3 +150,5 @@ class Recorder:
                 self.spans.setdefault((item.trace_id, item.span_id), item)
             elif isinstance(item, Edge):
                 self.edges.add((item.caller, item.callee))
+            elif isinstance(item, KubeObject):
+                self.kubernetes.setdefault((item.kind, item.namespace, item.name), item)

@@ -29,6 +29,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from adapters.config import sources_from_settings
+from opsagent.alerts_cli import AlertmanagerOpt, alertmanager, trigger
+from opsagent.alerts_cli import register as register_alerts
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
 from opsagent.fixtures import not_utf8, validate, write_json_schemas
 from opsagent.lessons import finalised as lesson_finalised
@@ -39,6 +41,7 @@ from opsagent.llm.cli import register as register_llm
 from opsagent.logconfig import configure
 from opsagent.loop import Budget
 from opsagent.models import Alert, Lesson, Report
+from opsagent.packaged import demo_incident
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner, Reasoner
@@ -49,6 +52,7 @@ from opsagent.settings import Settings, load_settings
 from opsagent.sources_cli import register as register_source_commands
 from opsagent.store import Store, StoreError
 from opsagent.strategies import STRATEGIES, strategy
+from opsagent.triggers import ad_hoc_alert, duration, moment, symptom
 
 app = typer.Typer(
     help="Incident root-cause analysis for on-call engineers. Read-only.",
@@ -63,6 +67,7 @@ lessons_app = typer.Typer(help="Lessons: list, show, edit, rm, export, import.",
 app.add_typer(lessons_app, name="lessons")
 register_llm(app)  # opsagent prompts REPORT.json
 register_serve(app)  # opsagent serve
+register_alerts(app)  # opsagent alerts
 
 console = Console()
 err = Console(stderr=True)
@@ -88,7 +93,10 @@ def _run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 StrategyOpt = Annotated[str, typer.Option("--strategy", "-s", help=f"one of: {', '.join(STRATEGIES)}")]
-PlaybooksOpt = Annotated[Path | None, typer.Option("--playbooks", help="playbook directory")]
+PlaybooksOpt = Annotated[
+    Path | None,
+    typer.Option("--playbooks", help="playbook directory (default: playbooks_dir, else the shipped playbooks)"),
+]
 
 
 def _budget(k: int, beam: int, max_steps: int, token_budget: int, wall_s: float, timeout_s: float) -> Budget:
@@ -188,7 +196,29 @@ def _emit(report: Report, as_json: bool, markdown: Path | None) -> bool:
 
 @app.command(name="investigate")
 def investigate_cmd(
-    target: Annotated[Path, typer.Argument(help="a recorded incident directory, or an alert file (YAML/JSON)")],
+    target: Annotated[
+        Path | None, typer.Argument(help="a recorded incident directory, or an alert file (YAML/JSON)")
+    ] = None,
+    alert_fingerprint: Annotated[
+        str | None, typer.Option("--alert", help="investigate this alert firing in Alertmanager (see opsagent alerts)")
+    ] = None,
+    from_alertmanager: Annotated[
+        str | None,
+        typer.Option("--from-alertmanager", help="the alert firing in Alertmanager that matches, e.g. 'alertname=X'"),
+    ] = None,
+    alertmanager_url: AlertmanagerOpt = None,
+    service: Annotated[
+        str | None, typer.Option("--service", help="ask about a service directly: no alert needed")
+    ] = None,
+    symptom_name: Annotated[
+        str | None, typer.Option("--symptom", help="with --service: latency, errors, saturation or availability")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="with --service: the symptom began this long ago (30m, 2h)")
+    ] = None,
+    at: Annotated[
+        str | None, typer.Option("--at", help="with --service: the symptom began then (2026-03-17T14:02:00Z, 14:02)")
+    ] = None,
     strategy_name: StrategyOpt = "hybrid",
     k: Annotated[int, typer.Option("--k", help="hypotheses proposed per round")] = 5,
     beam: Annotated[int, typer.Option("--beam", help="hypotheses verified at once")] = 2,
@@ -215,7 +245,19 @@ def investigate_cmd(
         bool, typer.Option("--show-prompts", help="print every prompt sent to the model and its reply")
     ] = False,
 ) -> None:
-    """Investigate one incident and print the root cause, its evidence and what was ruled out."""
+    """Investigate one incident and print the root cause, its evidence and what was ruled out.
+
+    The trigger is one of: a recorded incident or alert file; an alert firing in Alertmanager
+    (--alert, --from-alertmanager); or a question (--service with --symptom, --since or --at)."""
+    asked = _ad_hoc(service, symptom_name, since, at)
+    chosen = [x for x in (target, alert_fingerprint, from_alertmanager, service) if x is not None]
+    if len(chosen) != 1:
+        err.print(
+            "[bold red]error:[/] give one trigger: a recorded incident or alert file, --alert FINGERPRINT, "
+            "--from-alertmanager MATCHERS, or --service S --symptom …",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
     budget = _budget(k, beam, max_steps, token_budget, wall_s, timeout_s)
     if markdown is not None:
         _writable(markdown, "--markdown")
@@ -224,14 +266,14 @@ def investigate_cmd(
 
     async def go() -> Report:
         strategy(strategy_name)  # fail fast on a bad name
-        books = load_default_playbooks(playbooks)
+        books = load_default_playbooks(playbooks or settings.playbooks_dir)
         reasoner = _reasoner(reasoner_name, settings, books, model=model, base_url=base_url)
         view = LiveView() if live and not as_json and err.is_terminal else None
         listener = view if view is not None else None
         if view is not None:
             view.live.start()
         try:
-            if target.is_dir():
+            if target is not None and target.is_dir():
                 report, _ = await investigate_fixture(
                     target,
                     playbooks=books,
@@ -243,7 +285,13 @@ def investigate_cmd(
                     now=datetime.now(UTC),
                 )
                 return report
-            alert = _load_alert(target)
+            if target is not None:
+                alert = _load_alert(target)
+            elif asked is not None:
+                alert = asked
+            else:
+                client = alertmanager(settings, alertmanager_url)
+                alert = await trigger(client, fingerprint=alert_fingerprint, asked=from_alertmanager)
             async with sources_from_settings(settings) as configured:  # none configured: all unreadable
                 return await investigate(
                     alert,
@@ -261,7 +309,7 @@ def investigate_cmd(
             if view is not None:
                 view.live.stop()
 
-    if not target.exists():
+    if target is not None and not target.exists():
         err.print(f"[bold red]error:[/] {target}: no such file or directory")
         raise typer.Exit(2)
     report = _run(go)
@@ -275,6 +323,41 @@ def investigate_cmd(
         err.print(line, markup=False, highlight=False, soft_wrap=True)
     if not written:
         raise typer.Exit(1)
+
+
+@app.command(name="demo")
+def demo_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Replay the recorded incident opsagent ships with, offline: no server, no configuration, no lessons."""
+    incident = demo_incident()
+    if not as_json:
+        err.print(f"replaying the recorded incident {incident.name} shipped with opsagent", highlight=False)
+    report, _ = _run(lambda: investigate_fixture(incident, playbooks=load_default_playbooks(), now=datetime.now(UTC)))
+    _emit(report, as_json, None)
+
+
+def _ad_hoc(service: str | None, symptom_name: str | None, since: str | None, at: str | None) -> Alert | None:
+    """The alert a question on the command line stands for; None when none was asked."""
+    if service is None:
+        if symptom_name or since or at:
+            err.print("[bold red]error:[/] --symptom, --since and --at go with --service")
+            raise typer.Exit(2)
+        return None
+    try:
+        if symptom_name is None:
+            raise AlertError([Problem("--symptom", "say what is wrong: latency, errors, saturation or availability")])
+        now = datetime.now(UTC)
+        return ad_hoc_alert(
+            service,
+            symptom(symptom_name),
+            now=now,
+            since=duration(since) if since else None,
+            at=moment(at, now=now) if at else None,
+        )
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _reasoner(
@@ -414,7 +497,7 @@ def replay_cmd(
 
     async def go() -> Scoreboard:
         strategy(strategy_name)
-        books = load_default_playbooks(playbooks)
+        books = load_default_playbooks(playbooks or _settings().playbooks_dir)
         return await replay(
             directory,
             strategy_name=strategy_name,
@@ -489,11 +572,13 @@ def fixtures_schema(
 def playbooks_check(directory: PlaybooksOpt = None) -> None:
     """Validate playbooks; name the file and field of each error."""
     try:
-        books = load_default_playbooks(directory)
+        books = load_default_playbooks(directory or _settings().playbooks_dir)
     except UserError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
-    console.print(f"{len(books)} playbook(s) valid: {', '.join(sorted(b.id for b in books))}")
+    where = Path(books[0].source_file or ".").parent if books else directory
+    names = ", ".join(sorted(b.id for b in books))
+    console.print(f"{len(books)} playbook(s) valid in {where}: {names}", soft_wrap=True)
 
 
 # ---------------------------------------------------------------- lessons and feedback

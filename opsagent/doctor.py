@@ -22,6 +22,8 @@ from adapters.sourceconfig import (
     ElasticsearchConfig,
     GitConfig,
     HttpSourceConfig,
+    KubernetesConfig,
+    LokiConfig,
     PrometheusConfig,
     SourcesConfig,
     TempoConfig,
@@ -46,7 +48,12 @@ class Health(BaseModel):
 
 
 def _target(config: AnySourceConfig) -> str:
-    return str(config.path) if isinstance(config, GitConfig) else config.url
+    if isinstance(config, GitConfig):
+        return str(config.path)
+    if isinstance(config, KubernetesConfig):
+        where = config.context or "current context" if config.auth != "in_cluster" else "service account"
+        return f"{config.auth}: {config.kubeconfig or where}"
+    return config.url
 
 
 def missing_secrets(config: AnySourceConfig, environ: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -129,6 +136,16 @@ async def _probe(config: AnySourceConfig, reader: Any, health: Health, now: date
         if paths.strip() and not any(r.match(p) for p in paths.split() for r in config.rules):
             health.problems.append("no path changed in the last 200 commits matches a rule")
             health.fixes.append("check rules: patterns such as apps/{service}/** against `git log --name-only`")
+    elif isinstance(config, LokiConfig):
+        info, health.latency_ms = await _timed(reader.build_info)
+        health.version = str(info.get("version")) if info.get("version") else None
+    elif isinstance(config, KubernetesConfig):
+        info, health.latency_ms = await _timed(reader.version)
+        health.version = str(info.get("gitVersion")) if info.get("gitVersion") else None
+        pods = await reader.objects(kind="Pod")
+        if not pods:
+            health.problems.append("no pods visible in " + (", ".join(config.namespaces) or "any namespace"))
+            health.fixes.append("check namespaces: and the RBAC of the identity (README: Kubernetes RBAC)")
     elif isinstance(config, TempoConfig):
         info, health.latency_ms = await _timed(reader.build_info)
         health.version = str(info.get("version")) if info.get("version") else None

@@ -15,6 +15,7 @@ and never log in their constructor.
         │   └── SourceAuthFailed   the source refused our credentials (401/403)
         ├── SourceTimeout          the call took longer than its per-call timeout
         ├── QueryRejected          the source understood the call and refused it (bad query)
+        │   └── NotReadOnly        refused before sending: not a read (Kubernetes: only get/list/watch)
         └── MalformedResponse      the source answered something that is not what its API promises
 
 ``SourceError`` is what the tool layer turns into an observation that names the source; a
@@ -110,6 +111,11 @@ class SourceTimeout(SourceError):
 
 class QueryRejected(SourceError):
     pass
+
+
+class NotReadOnly(QueryRejected):
+    """A request that is not a read, or reads what opsagent has no business reading, stopped before it
+    left the process (the Kubernetes client's guard: only get/list/watch of the resources it needs)."""
 
 
 class SourceAuthFailed(SourceUnavailable):

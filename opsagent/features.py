@@ -16,6 +16,8 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``change:<kind>`` a change to the component just before onset;
 * ``log:<family>`` a log family bursting, ``log:new_error`` new or bursting error templates,
   ``log:new:<family>`` such templates of a family;
+* ``kube:oom_killed|crash_loop|image_pull|unschedulable|probe_failed|node_pressure`` what the
+  Kubernetes API says of the component's pods, their events and nodes;
 * ``caller:<feature>`` what the component's callers show.
 """
 
@@ -24,12 +26,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from opsagent import ranking
+from opsagent import kubestate, ranking
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
     ChangesData,
     Incident,
+    KubernetesData,
     LogsData,
     MetricsData,
     Observation,
@@ -56,6 +59,20 @@ FANOUT_UP = Expectation(op="fanout_up")
 WAITING = Expectation(op="waiting_on_callees")
 CHANGED = Expectation(op="change_before_onset", within_min=CHANGE_LOOKBACK_MIN)
 NEW_ERRORS = Expectation(op="new_errors")
+
+
+#: The cluster's signs: each feature is present when any of its expectations holds.
+KUBE_SIGNS: dict[str, tuple[Expectation, ...]] = {
+    "kube:oom_killed": (Expectation(op="terminated", reasons=list(kubestate.OOM)),),
+    "kube:crash_loop": (
+        Expectation(op="waiting", reasons=list(kubestate.CRASHING)),
+        Expectation(op="terminated", reasons=list(kubestate.BAD_EXIT)),
+    ),
+    "kube:image_pull": (Expectation(op="waiting", reasons=list(kubestate.IMAGE_PULL)),),
+    "kube:unschedulable": (Expectation(op="pending"), Expectation(op="kube_event", reasons=["FailedScheduling"])),
+    "kube:probe_failed": (Expectation(op="kube_event", reasons=["Unhealthy"], pattern=kubestate.PROBE.pattern),),
+    "kube:node_pressure": (Expectation(op="node_pressure"),),
+}
 
 
 def burst(family: str) -> Expectation:
@@ -96,7 +113,21 @@ def profiles_from(observations: Iterable[Observation], incident: Incident) -> di
             _change_features(profiles, obs, data, incident)
         elif isinstance(data, LogsData) and data.service is not None:
             _log_features(profiles[data.service], obs, data, incident)
+        elif isinstance(data, KubernetesData):
+            _kube_features(profiles, obs, data, incident)
     return profiles
+
+
+def _kube_features(profiles: dict[str, Profile], obs: Observation, data: KubernetesData, incident: Incident) -> None:
+    services = sorted({p.service for p in data.pods} | {e.service for e in data.events if e.service})
+    for service in services:
+        ctx = Context(incident=incident, service=service)
+        for feature, expectations in KUBE_SIGNS.items():
+            for exp in expectations:
+                outcome = evaluate(exp, obs, ctx)
+                if outcome.met:
+                    profiles[service].add(feature, ranking.KUBE_WEIGHT, obs, f"{feature[5:]}: {outcome.value}")
+                    break
 
 
 def _one(obs: Observation, s: SeriesStats) -> Observation:
@@ -239,4 +270,6 @@ def has_data(obs: Observation) -> bool:
         return d.total > 0
     if isinstance(d, TracesData):
         return bool(d.services)
+    if isinstance(d, KubernetesData):
+        return bool(d.workloads or d.events)
     return isinstance(d, ChangesData)

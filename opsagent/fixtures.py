@@ -1,7 +1,7 @@
 """Recorded incidents: the on-disk format, its loader and its validator.
 
 A fixture directory holds ``incident.yaml`` and optional raw telemetry files (``metrics``,
-``logs``, ``changes``, ``traces``; ``.jsonl`` or ``.jsonl.gz``). The loader returns the telemetry
+``logs``, ``changes``, ``traces``, ``kubernetes``; ``.jsonl`` or ``.jsonl.gz``). The loader returns the telemetry
 and the visible part of ``incident.yaml`` as a :class:`Recording`, and ``truth`` separately as
 :class:`Truth`: nothing a reasoner is handed can reach the truth. This module does no analysis.
 """
@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
@@ -21,7 +21,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, FiniteFloat, V
 from opsagent.errors import FixtureError, Problem
 from opsagent.models import Alert, FaultKind, TimeRange, possible
 
-TELEMETRY = ("metrics", "logs", "changes", "traces")
+TELEMETRY = ("metrics", "logs", "changes", "traces", "kubernetes")
 
 
 class SignalDef(BaseModel):
@@ -160,11 +160,61 @@ class Span(BaseModel):
         return self.start.timestamp()
 
 
+#: The Kubernetes kinds a recording (and the live reader) holds.
+KubeKind = Literal["Pod", "Event", "Node", "Deployment", "ReplicaSet", "Rollout", "StatefulSet", "DaemonSet"]
+KUBE_KINDS: tuple[KubeKind, ...] = get_args(KubeKind)
+
+
+class OwnerReference(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+    name: str
+
+
+class KubeMeta(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
+    creation_timestamp: AwareDatetime | None = Field(default=None, alias="creationTimestamp")
+
+
+class KubeObject(BaseModel):
+    """One Kubernetes object exactly as the API serves it (``apiVersion``, ``kind``, ``metadata``,
+    ``spec``, ``status``, and an Event's own top-level fields). The engine reads what it needs of it
+    (:mod:`opsagent.kubestate`); everything else is kept as it came."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    api_version: str = Field(alias="apiVersion")
+    kind: KubeKind
+    metadata: KubeMeta
+    spec: dict[str, Any] = Field(default_factory=dict)
+    status: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or ""
+
+    def raw(self) -> dict[str, Any]:
+        """The object as the API wrote it (for recordings)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
 _RECORD_MODELS: dict[str, type[BaseModel]] = {
     "metrics": MetricSeries,
     "logs": LogRecord,
     "changes": Change,
     "traces": Span,
+    "kubernetes": KubeObject,
 }
 
 
@@ -184,6 +234,7 @@ class Recording(BaseModel):
     logs: list[LogRecord]
     changes: list[Change]
     traces: list[Span]
+    kubernetes: list[KubeObject] = Field(default_factory=list, description="Kubernetes objects as recorded")
     present: frozenset[str] = Field(description="which telemetry files the recording has")
 
 

@@ -30,6 +30,12 @@ FAULT_KINDS: tuple[str, ...] = (
     "disk_full",
     "certificate_expiry",
     "dns_failure",
+    # Kubernetes: what the cluster itself says went wrong with a workload's pods
+    "oom_kill",
+    "crash_loop",
+    "image_pull_failure",
+    "scheduling_failure",
+    "probe_failure",
     "unknown",
 )
 
@@ -56,6 +62,7 @@ class SourceKind(StrEnum):
     logs = "logs"
     changes = "changes"
     traces = "traces"
+    kubernetes = "kubernetes"
 
 
 class Symptom(StrEnum):
@@ -317,13 +324,94 @@ class TracesData(Frozen):
     callees: list[str] = Field(default_factory=list, description="callees of the service asked about")
 
 
+class ContainerState(Frozen):
+    """One container of a pod as the kubelet reports it (``status.containerStatuses``)."""
+
+    name: str
+    image: str | None = None
+    ready: bool = False
+    restarts: int = 0
+    state: Literal["running", "waiting", "terminated", "unknown"] = "unknown"
+    reason: str | None = Field(default=None, description="why it waits or ended: CrashLoopBackOff, ErrImagePull…")
+    message: str | None = None
+    exit_code: int | None = None
+    last_reason: str | None = Field(default=None, description="how the previous run ended: OOMKilled, Error…")
+    last_exit_code: int | None = None
+    last_finished_at: AwareDatetime | None = None
+    memory_limit: str | None = Field(default=None, description="resources.limits.memory as written, e.g. 256Mi")
+
+
+class PodState(Frozen):
+    name: str
+    namespace: str
+    service: str = Field(description="the component the pod rolls up to (its app label, else its owner)")
+    node: str | None = None
+    phase: str = "Unknown"
+    ready: bool = False
+    restarts: int = 0
+    created: AwareDatetime | None = None
+    version: str | None = Field(default=None, description="the revision or image tag the pod runs")
+    unschedulable: str | None = Field(default=None, description="why the scheduler could not place it")
+    containers: list[ContainerState] = Field(default_factory=list)
+
+
+class KubeEvent(Frozen):
+    """Events of one reason about one object, folded (``count`` occurrences from first to last seen)."""
+
+    type: str
+    reason: str
+    object: str = Field(description="Kind/name of the object the event is about")
+    service: str | None = None
+    message: str
+    count: int = 1
+    first_seen: AwareDatetime | None = None
+    last_seen: AwareDatetime | None = None
+
+
+class NodeState(Frozen):
+    name: str
+    ready: bool
+    problems: list[str] = Field(default_factory=list, description="conditions that are bad: MemoryPressure…")
+    unschedulable: bool = False
+
+
+class WorkloadState(Frozen):
+    """The pods of one service, counted."""
+
+    service: str
+    namespaces: list[str]
+    pods: int
+    ready: int
+    restarts: int
+    terminations: dict[str, int] = Field(default_factory=dict, description="recent ends by reason")
+    waiting: dict[str, int] = Field(default_factory=dict, description="containers waiting, by reason")
+    pending: int = 0
+
+
+class KubernetesData(Frozen):
+    """What the Kubernetes API says about a service's pods (or every workload's), their events and nodes,
+    as read at ``read_at`` (a live read: now; a recorded incident: when it was recorded)."""
+
+    type: Literal["kubernetes"] = "kubernetes"
+    service: str | None
+    read_at: AwareDatetime | None = None
+    workloads: list[WorkloadState] = Field(default_factory=list)
+    pods: list[PodState] = Field(default_factory=list)
+    events: list[KubeEvent] = Field(default_factory=list)
+    nodes: list[NodeState] = Field(default_factory=list)
+    omitted_pods: int = Field(default=0, description="pods of the answer not listed (healthy ones first)")
+    unread: list[str] = Field(default_factory=list, description="kinds the API would not list, and why")
+
+
 class ErrorData(Frozen):
     type: Literal["error"] = "error"
     error: str
     hint: str | None = None
 
 
-ObservationData = Annotated[MetricsData | LogsData | ChangesData | TracesData | ErrorData, Field(discriminator="type")]
+ObservationData = Annotated[
+    MetricsData | LogsData | ChangesData | TracesData | KubernetesData | ErrorData, Field(discriminator="type")
+]
 
 
 class Observation(Frozen):

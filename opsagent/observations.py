@@ -10,6 +10,7 @@ from __future__ import annotations
 from opsagent.models import (
     ChangesData,
     ErrorData,
+    KubernetesData,
     LogsData,
     MetricsData,
     ObservationData,
@@ -93,6 +94,50 @@ def _traces(d: TracesData) -> str:
     return "\n".join(lines) or "no spans in range"
 
 
+def _kubernetes(d: KubernetesData) -> str:
+    lines = []
+    for w in d.workloads:
+        extra = "".join(
+            f", {what} {', '.join(f'{k} x{n}' for k, n in counts.items())}"
+            for what, counts in (("ended", w.terminations), ("waiting", w.waiting))
+            if counts
+        )
+        pending = f", {w.pending} pending" if w.pending else ""
+        lines.append(f"{w.service}: {w.ready}/{w.pods} pods ready, {w.restarts} restarts{pending}{extra}")
+    for p in d.pods:
+        where = f" on {p.node}" if p.node else ""
+        head = f"pod {p.name} ({p.phase}{', ready' if p.ready else ', not ready'}{where}"
+        lines.append(
+            head
+            + (f", version {p.version})" if p.version else ")")
+            + (f": {p.unschedulable}" if p.unschedulable else "")
+        )
+        for c in p.containers:
+            now = (
+                c.state
+                + (f" {c.reason}" if c.reason else "")
+                + (f" exit {c.exit_code}" if c.exit_code is not None else "")
+            )
+            last = f"; last ended {c.last_reason} (exit {c.last_exit_code})" if c.last_reason else ""
+            at = f" at {c.last_finished_at:%H:%M:%S}" if c.last_finished_at and c.last_reason else ""
+            limit = f"; memory limit {c.memory_limit}" if c.memory_limit else ""
+            lines.append(f"  {c.name}: {now}, {c.restarts} restarts{last}{at}{limit}")
+    if d.omitted_pods:
+        lines.append(f"({d.omitted_pods} more pods, healthy ones, not listed)")
+    for e in d.events:
+        seen = f" last {e.last_seen:%H:%M}" if e.last_seen else ""
+        lines.append(f"event {e.type} {e.reason} {e.object} x{e.count}{seen}: {e.message}")
+    for n in d.nodes:
+        state = "ready" if n.ready else "NOT ready"
+        lines.append(
+            f"node {n.name}: {state}"
+            + (f", {', '.join(n.problems)}" if n.problems else "")
+            + (", cordoned" if n.unschedulable else "")
+        )
+    lines.extend(f"could not read {u}" for u in d.unread)
+    return "\n".join(lines) or "no pods, events or nodes found"
+
+
 def describe(data: ObservationData) -> str:
     if isinstance(data, MetricsData):
         return _metrics(data)
@@ -102,5 +147,7 @@ def describe(data: ObservationData) -> str:
         return _changes(data)
     if isinstance(data, TracesData):
         return _traces(data)
+    if isinstance(data, KubernetesData):
+        return _kubernetes(data)
     assert isinstance(data, ErrorData)
     return f"error: {data.error}" + (f" (hint: {data.hint})" if data.hint else "")

@@ -40,6 +40,7 @@ from opsagent.models import (
     Symptom,
     TimelineEvent,
 )
+from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.redaction import scrub_model
@@ -50,7 +51,8 @@ from opsagent.triage import Triage
 
 log = structlog.get_logger("opsagent.pipeline")
 
-DEFAULT_PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+#: The shipped playbooks: inside the installed package, or the checkout's playbooks/ from source.
+DEFAULT_PLAYBOOKS = playbooks_dir()
 
 SYMPTOM_SIGNAL = {
     Symptom.latency: "latency_p99",

@@ -14,12 +14,14 @@ import re
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from opsagent import kubestate
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
 from opsagent.models import (
@@ -28,6 +30,7 @@ from opsagent.models import (
     ChangesData,
     FaultKind,
     Incident,
+    KubernetesData,
     LogsData,
     LogTemplate,
     MetricsData,
@@ -98,6 +101,13 @@ Op = Literal[
     "waiting_on_callees",
     "fanout_up",
     "callers_fanout_up",
+    "terminated",
+    "waiting",
+    "pending",
+    "not_ready",
+    "kube_event",
+    "node_pressure",
+    "pods_steady",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -122,6 +132,7 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "fanout_up",
         "callers_fanout_up",
     ),
+    "kubernetes": ("terminated", "waiting", "pending", "not_ready", "kube_event", "node_pressure", "pods_steady"),
 }
 
 
@@ -142,6 +153,9 @@ class Expectation(BaseModel):
     pattern: str | None = None
     min_shift: float = 1.5
     max_shift: float = 1.3
+    reasons: list[str] = Field(
+        default_factory=list, description="Kubernetes reasons: OOMKilled, CrashLoopBackOff, FailedScheduling…"
+    )
 
     @field_validator("pattern")
     @classmethod
@@ -616,6 +630,87 @@ def _waiting_on_callees(exp: Expectation, obs: Observation, ctx: Context) -> Out
     return Outcome(waiting, f"{ctx.service} {'is' if waiting else 'is not'} mostly waiting on callees")
 
 
+# ---------------------------------------------------------------- Kubernetes (rules in opsagent.kubestate)
+
+
+def _kube(obs: Observation) -> KubernetesData | None:
+    return obs.data if isinstance(obs.data, KubernetesData) else None
+
+
+def _with_pods(obs: Observation, ctx: Context) -> KubernetesData | None:
+    """The cluster's answer when it lists pods of the service: without any, it cannot say."""
+    data = _kube(obs)
+    return data if data is not None and any(p.service == ctx.service for p in data.pods) else None
+
+
+def _since(exp: Expectation, ctx: Context) -> datetime:
+    """Ends and events count from this long before onset: the check's own within_min when it sets one,
+    else the same horizon triage uses."""
+    within = exp.within_min if "within_min" in exp.model_fields_set else kubestate.RECENT_MIN
+    return kubestate.since_onset(ctx.incident.onset, within)
+
+
+def _signs_found(found: list[str], none: str) -> Outcome:
+    more = f" (+{len(found) - 2} more)" if len(found) > 2 else ""
+    return Outcome(bool(found), "; ".join(found[:2]) + more if found else none)
+
+
+def _terminated(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _with_pods(obs, ctx)
+    if data is None:
+        return _UNKNOWN
+    reasons = exp.reasons or list(kubestate.OOM)
+    found = kubestate.ended(data, ctx.service, reasons, _since(exp, ctx))
+    return _signs_found(found, f"no container of {ctx.service} ended {'/'.join(reasons)} since before onset")
+
+
+def _waiting(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _with_pods(obs, ctx)
+    if data is None:
+        return _UNKNOWN
+    found = kubestate.waiting(data, ctx.service, exp.reasons or list(kubestate.CRASHING))
+    return _signs_found(found, f"no container of {ctx.service} waiting for {'/'.join(exp.reasons)}")
+
+
+def _pending(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _with_pods(obs, ctx)
+    if data is None:
+        return _UNKNOWN
+    return _signs_found(kubestate.unscheduled(data, ctx.service), f"every pod of {ctx.service} is scheduled")
+
+
+def _not_ready(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _with_pods(obs, ctx)
+    if data is None:
+        return _UNKNOWN
+    return _signs_found(kubestate.not_ready(data, ctx.service), f"every running container of {ctx.service} is ready")
+
+
+def _kube_event(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _kube(obs)
+    if data is None:
+        return _UNKNOWN
+    pattern = re.compile(exp.pattern, re.I) if exp.pattern else None
+    events = kubestate.events_about(data, ctx.service, exp.reasons, _since(exp, ctx), pattern)
+    found = [f"{e.reason} {e.object} x{e.count}: {e.message[:160]}" for e in events]
+    return _signs_found(found, f"no {'/'.join(exp.reasons) or 'matching'} events about {ctx.service}")
+
+
+def _node_pressure(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _kube(obs)
+    if data is None or not data.nodes:
+        return _UNKNOWN
+    return _signs_found(kubestate.node_problems(data, ctx.service), f"the nodes {ctx.service} runs on are healthy")
+
+
+def _pods_steady(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    data = _with_pods(obs, ctx)
+    if data is None:
+        return _UNKNOWN
+    steady = kubestate.steady(data, ctx.service, _since(exp, ctx))
+    return Outcome(True, steady) if steady else Outcome(False, f"pods of {ctx.service} restarted, waiting or unready")
+
+
 EVALUATORS: dict[str, Evaluator] = {
     "increased": _increased,
     "decreased": _decreased,
@@ -639,6 +734,13 @@ EVALUATORS: dict[str, Evaluator] = {
     "waiting_on_callees": _waiting_on_callees,
     "fanout_up": _fanout_up,
     "callers_fanout_up": _callers_fanout_up,
+    "terminated": _terminated,
+    "waiting": _waiting,
+    "pending": _pending,
+    "not_ready": _not_ready,
+    "kube_event": _kube_event,
+    "node_pressure": _node_pressure,
+    "pods_steady": _pods_steady,
 }
 
 

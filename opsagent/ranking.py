@@ -145,6 +145,9 @@ NEXT_METRICS = 0.3
 SELF_TIME_FACTOR = 1.5
 #: Caps on what logs and changes add to a component's own score.
 LOG_CAP, CHANGE_CAP = 3.5, 0.5
+#: A sign the Kubernetes API gives of a component (an OOM kill, a crash loop, … see opsagent.features)
+#: weighs this; together they add at most KUBE_CAP: the cluster says *that* pods fail, not why.
+KUBE_WEIGHT, KUBE_CAP = 0.75, 1.5
 
 
 def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
@@ -164,6 +167,7 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
+    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
     return score
 
 

@@ -3,7 +3,7 @@ recorded incident, so a real incident becomes a regression test.
 
 The readers are wrapped with a :class:`~adapters.wrappers.Recorder`; after the investigation the raw
 telemetry it read is written in the fixture format (``incident.yaml``, ``metrics.jsonl``,
-``logs.jsonl``, ``changes.jsonl``, ``traces.jsonl``) with secrets redacted, and validated. Series
+``logs.jsonl``, ``changes.jsonl``, ``traces.jsonl``, ``kubernetes.jsonl``) with secrets redacted, and validated. Series
 that were the value of a PromQL expression (no metric name of their own) are written under the
 signal they answered, ``opsagent:<signal>``, with the catalog override that reads them back.
 It writes only into the output directory.
@@ -139,6 +139,8 @@ def write_fixture(
     _write_jsonl(out / "logs.jsonl", [_redact_model(r, redact) for r in _by_time(recorder.logs.values())])
     _write_jsonl(out / "changes.jsonl", [_redact_model(c, redact) for c in _changes(recorder.changes.values())])
     _write_jsonl(out / "traces.jsonl", [_redact_model(s, redact) for s in _spans(recorder.spans.values())])
+    kube = sorted(recorder.kubernetes.values(), key=lambda o: (o.kind, o.namespace, o.name))
+    _write_jsonl(out / "kubernetes.jsonl", [_redact_model(o, redact) for o in kube])
     return validate(out)
 
 

@@ -19,7 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from adapters.sourceconfig import SourcesConfig, credentials_in_url
+from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig, credentials_in_url
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef, not_utf8
 
@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
 
     data_dir: Path = Field(default_factory=_default_data_dir, description="where the SQLite store lives")
+    playbooks_dir: Path | None = Field(
+        default=None, description="playbooks to use instead of the ones opsagent ships (a directory of *.yaml)"
+    )
     lessons_top_k: int = Field(default=3, ge=0, description="most relevant lessons retrieved per investigation")
     lessons_recent: int = Field(default=5, ge=0, description="cap on lessons retrieved, most recent included")
     llm: LLMSettings = Field(default_factory=LLMSettings, description="the LLM reasoner (environment: OPSAGENT_LLM__*)")
@@ -136,7 +139,11 @@ class Settings(BaseSettings):
         default=False, description="serve incidents, pages and /metrics without credentials (behind an auth proxy)"
     )
     notify_url: SecretStr | None = Field(
-        default=None, description="Slack-compatible webhook for investigation summaries (env only: it holds a token)"
+        default=None, description="Slack incoming webhook for investigation summaries (env only: it holds a token)"
+    )
+    notify_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="generic JSON webhook (PagerDuty/Opsgenie-style routers) for summaries (env only: holds a token)",
     )
 
     # Live data sources (`sources:`, see adapters/sourceconfig.py) and the signal catalog overrides
@@ -144,6 +151,9 @@ class Settings(BaseSettings):
     sources: SourcesConfig = Field(default_factory=SourcesConfig, description="live data sources, by kind")
     signals: dict[str, SignalDef] = Field(
         default_factory=dict, description="signal catalog overrides for this environment (PromQL, $service)"
+    )
+    alertmanager: AlertmanagerConfig | None = Field(
+        default=None, description="where `opsagent alerts` and `investigate --alert` read what is firing"
     )
 
     @field_validator("public_url")

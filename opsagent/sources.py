@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from opsagent.fixtures import Edge, SignalDef
-from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, SourceKind, TracesData
+from opsagent.models import ChangesData, Incident, KubernetesData, LogsData, SeriesStats, SourceKind, TracesData
 
 
 class MetricsSource(Protocol):
@@ -52,12 +52,30 @@ class TracesSource(Protocol):
         """Call edges seen in the traces (caller service -> callee service)."""
 
 
+class KubernetesSource(Protocol):
+    """What the cluster says (read-only): pods and their containers' states, events, nodes. Rollout
+    history reaches the engine as changes, through :class:`ChangesSource`."""
+
+    name: str
+
+    async def pods(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        """A service's pods with their events and nodes; with no service, every workload counted and
+        the troubled pods, warnings and node problems listed."""
+
+    async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
+        """Events about a service's objects (or all), folded per object and reason."""
+
+    async def nodes(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        """The nodes a service's pods run on (or all), their bad conditions and their events."""
+
+
 @dataclass
 class Sources:
     metrics: MetricsSource | None = None
     logs: LogsSource | None = None
     changes: ChangesSource | None = None
     traces: TracesSource | None = None
+    kubernetes: KubernetesSource | None = None
 
     def kinds(self) -> set[SourceKind]:
-        return {SourceKind(k) for k in ("metrics", "logs", "changes", "traces") if getattr(self, k)}
+        return {k for k in SourceKind if getattr(self, k.value)}

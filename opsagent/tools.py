@@ -40,7 +40,7 @@ from opsagent.models import (
 )
 from opsagent.observations import describe, estimate_tokens
 from opsagent.redaction import scrub_model
-from opsagent.sources import ChangesSource, LogsSource, MetricsSource, Sources, TracesSource
+from opsagent.sources import ChangesSource, KubernetesSource, LogsSource, MetricsSource, Sources, TracesSource
 
 log = structlog.get_logger("opsagent.tools")
 T = TypeVar("T")
@@ -81,6 +81,15 @@ class TraceArgs(_Args):
     service: str | None = None
 
 
+class KubeArgs(_Args):
+    service: str | None = Field(default=None, description="a service (its pods by label or owner); none: all")
+
+
+class KubeEventArgs(_Args):
+    service: str | None = None
+    reason: str | None = Field(default=None, description="an event reason, e.g. FailedScheduling, BackOff")
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -102,6 +111,14 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec("logs.summary", SourceKind.logs, LogArgs, "summary of logs: counts, templates, new/bursting"),
         ToolSpec("changes.list", SourceKind.changes, ChangeArgs, "deploys/config changes before onset"),
         ToolSpec("traces.summary", SourceKind.traces, TraceArgs, "self-time shift, slow operations, errors"),
+        ToolSpec(
+            "kubernetes.pods",
+            SourceKind.kubernetes,
+            KubeArgs,
+            "pods: phase, restarts, why containers wait or ended (OOMKilled…), their events and nodes",
+        ),
+        ToolSpec("kubernetes.events", SourceKind.kubernetes, KubeEventArgs, "Kubernetes events, folded by reason"),
+        ToolSpec("kubernetes.nodes", SourceKind.kubernetes, KubeArgs, "nodes a service runs on: conditions, events"),
     )
 }
 
@@ -277,6 +294,15 @@ class Toolbox:
 
     async def _traces_summary(self, args: TraceArgs, source: TracesSource) -> ObservationData:
         return await source.summary(incident=self.incident, service=args.service)
+
+    async def _kubernetes_pods(self, args: KubeArgs, source: KubernetesSource) -> ObservationData:
+        return await source.pods(incident=self.incident, service=args.service)
+
+    async def _kubernetes_events(self, args: KubeEventArgs, source: KubernetesSource) -> ObservationData:
+        return await source.events(incident=self.incident, service=args.service, reason=args.reason)
+
+    async def _kubernetes_nodes(self, args: KubeArgs, source: KubernetesSource) -> ObservationData:
+        return await source.nodes(incident=self.incident, service=args.service)
 
 
 def _format_error(message: str, hint: str | None = None) -> ErrorData:

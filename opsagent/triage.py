@@ -57,11 +57,12 @@ class Triage(BaseModel):
 
 
 async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> Triage:
-    scan, changes, traces, logs_all = await asyncio.gather(
+    scan, changes, traces, logs_all, *kube = await asyncio.gather(
         toolbox.call(Action(tool="metrics.scan")),
         toolbox.call(Action(tool="changes.list", args={"before_min": 60})),
         toolbox.call(Action(tool="traces.summary")),
         toolbox.call(Action(tool="logs.summary")),
+        *([toolbox.call(Action(tool="kubernetes.pods"))] if toolbox.sources.kubernetes is not None else []),
     )
     graph = list(declared)
     traces_source = toolbox.sources.traces
@@ -71,7 +72,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     per_service = await asyncio.gather(
         *(toolbox.call(Action(tool="logs.summary", args={"service": s})) for s in log_services)
     )
-    used = [scan, changes, traces, logs_all, *per_service]
+    used = [scan, changes, traces, logs_all, *kube, *per_service]
     profiles = profiles_from(used, incident)
     ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()})
     add_caller_features(profiles, graph)

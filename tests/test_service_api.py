@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from opsagent.errors import ConfigError
+from opsagent.models import Report
 from opsagent.service.app import create_app
 from opsagent.service.auth import Credentials
 from opsagent.service.provider import FixtureProvider
@@ -390,10 +391,12 @@ def test_stopping_gives_running_jobs_back_without_counting_an_attempt(app: FastA
 
 def test_a_finished_investigation_is_sent_to_the_notifier(tmp_path: Path) -> None:
     sent: list[IncidentRecord] = []
+    reports: list[Report | None] = []
 
     class Recorder:
-        async def notify(self, incident: IncidentRecord) -> bool:
+        async def notify(self, incident: IncidentRecord, report: Report | None = None) -> bool:
             sent.append(incident)
+            reports.append(report)
             return True
 
     app = create_app(settings(tmp_path), runner="thread", poll_s=0.2, notifier=Recorder())
@@ -402,6 +405,7 @@ def test_a_finished_investigation_is_sent_to_the_notifier(tmp_path: Path) -> Non
         finished(client, incident_id)
         wait_for(lambda: sent, timeout_s=10)
     assert sent[0].id == incident_id and sent[0].outcome == "confirmed" and sent[0].root_kind == "config_change"
+    assert reports[0] is not None and reports[0].evidence  # the message can show the evidence and next step
 
 
 def test_serve_registers_on_a_typer_app_and_refuses_to_start_without_credentials(

@@ -4,7 +4,8 @@ Any OpenAI-compatible server answers it (OpenAI, vLLM, Ollama, llama.cpp server,
 LiteLLM proxy). The transport is injected at construction, so tests swap it (respx, or the scripted
 fake's ``MockTransport``). Every request is redacted here, the one choke point before the wire.
 Retries: 429, 5xx, timeouts and connection errors, with exponential backoff, honouring
-``Retry-After`` (seconds or an HTTP date) up to ``max_backoff_s``. Token usage comes from the
+``Retry-After`` (seconds or an HTTP date) up to ``max_backoff_s``, through the one retry policy
+(:mod:`opsagent.retrying`, tenacity). Token usage comes from the
 response; a server that reports none gets an estimate, marked as such. The API key goes into the
 ``Authorization`` header and nowhere else: never logged, never in a transcript.
 """
@@ -15,10 +16,8 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,6 +29,7 @@ from opsagent.llm.errors import ModelConfigError, ModelRejected, ModelUnavailabl
 from opsagent.models import PromptMessage, PromptToolCall
 from opsagent.observations import estimate_tokens
 from opsagent.redaction import Redactor, redact_messages, redactors
+from opsagent.retrying import RETRYABLE_STATUS, GaveUp, Retryable, RetryPolicy, retry_after, with_retries
 from opsagent.settings import LLMSettings, ModelPrice
 
 log = structlog.get_logger("opsagent.llm")
@@ -39,7 +39,9 @@ Clock = Callable[[], float]
 #: A tool offered to the model, as the chat-completions API takes it (a JSON Schema inside).
 ToolSchema = dict[str, Any]
 
-RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+#: What a model's server may answer that another attempt gets past: the usual ones, a conflict some
+#: servers send while a model loads, and 529 (overloaded).
+RETRYABLE = RETRYABLE_STATUS | {409, 529}
 
 
 @dataclass(frozen=True)
@@ -119,25 +121,6 @@ def safe_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = host + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
-    """Seconds the server asks us to wait: ``Retry-After: 7`` or an HTTP date; None when absent or unreadable."""
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    raw = raw.strip()
-    try:
-        seconds = float(raw)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(raw)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def cost_usd(price: ModelPrice | None, prompt_tokens: int, completion_tokens: int) -> float | None:
@@ -221,46 +204,47 @@ class ChatClient:
         body = self._body(sent, request)
         started = self.clock()
         deadline = started + request.timeout_s if request.timeout_s is not None else math.inf
-        attempt = 0
+        policy = RetryPolicy(retries=self.retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s)
         async with httpx.AsyncClient(transport=self.transport, headers=self._headers()) as http:
-            while True:
-                attempt += 1
-                left = deadline - self.clock()
-                timeout = max(min(self.timeout_s, left), 0.001)
-                wait: float | None = None
+
+            async def attempt(number: int) -> ChatResult:
+                timeout = max(min(self.timeout_s, deadline - self.clock()), 0.001)
                 try:
                     response = await http.post(self.endpoint, json=body, timeout=timeout)
                 except httpx.TimeoutException:
-                    failure = f"no answer within {timeout:g} s"
+                    raise Retryable(f"no answer within {timeout:g} s") from None
                 except httpx.TransportError as exc:
-                    failure = f"cannot reach {safe_url(self.base_url)} ({type(exc).__name__})"
-                else:
-                    if response.status_code < 400:
-                        return self._result(response, sent, attempt, started, redactions)
-                    failure = f"HTTP {response.status_code}: {_error_text(response)}"
-                    if response.status_code in (401, 403):
-                        raise ModelConfigError(
-                            f"{safe_url(self.endpoint)} refused the credentials ({failure}); check OPSAGENT_LLM_API_KEY"
-                        )
-                    if response.status_code == 404:
-                        raise ModelConfigError(
-                            f"{safe_url(self.endpoint)}: {failure}; check the base URL and the model {self.model!r}"
-                        )
-                    if response.status_code not in RETRYABLE:
-                        raise ModelRejected(failure)
-                    wait = retry_after(response.headers)
-                if attempt > self.retries:
-                    raise ModelUnavailable(f"{failure} (after {attempt} attempts)")
-                if wait is not None and wait > self.max_backoff_s:
-                    raise ModelUnavailable(
-                        f"{failure}: the server asks to wait {wait:g} s, more than {self.max_backoff_s:g} s"
+                    raise Retryable(f"cannot reach {safe_url(self.base_url)} ({type(exc).__name__})") from None
+                if response.status_code < 400:
+                    return self._result(response, sent, number, started, redactions)
+                failure = f"HTTP {response.status_code}: {_error_text(response)}"
+                if response.status_code in (401, 403):
+                    raise ModelConfigError(
+                        f"{safe_url(self.endpoint)} refused the credentials ({failure}); check OPSAGENT_LLM_API_KEY"
                     )
-                if wait is None:
-                    wait = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
-                if self.clock() + wait >= deadline:
-                    raise ModelUnavailable(f"{failure}; no time left in the budget to retry")
-                log.warning("llm.retry", attempt=attempt, wait_s=round(wait, 3), failure=failure)
-                await self.sleep(wait)
+                if response.status_code == 404:
+                    raise ModelConfigError(
+                        f"{safe_url(self.endpoint)}: {failure}; check the base URL and the model {self.model!r}"
+                    )
+                if response.status_code not in RETRYABLE:
+                    raise ModelRejected(failure)
+                raise Retryable(failure, wait_s=retry_after(response.headers))
+
+            def retrying(number: int, wait: float, failure: str) -> None:
+                log.warning("llm.retry", attempt=number, wait_s=round(wait, 3), failure=failure)
+
+            try:
+                return await with_retries(
+                    attempt, policy=policy, sleep=self.sleep, clock=self.clock, deadline=deadline, on_retry=retrying
+                )
+            except GaveUp as exc:
+                if exc.why == "asked_too_long":
+                    raise ModelUnavailable(
+                        f"{exc.failure}: the server asks to wait {exc.wait_s:g} s, more than {self.max_backoff_s:g} s"
+                    ) from None
+                if exc.why == "deadline":
+                    raise ModelUnavailable(f"{exc.failure}; no time left in the budget to retry") from None
+                raise ModelUnavailable(f"{exc.failure} (after {exc.attempts} attempts)") from None
 
     def _result(
         self, response: httpx.Response, sent: list[PromptMessage], attempts: int, started: float, redactions: int

@@ -35,7 +35,7 @@ from opsagent.models import Report
 from opsagent.service.auth import Credentials
 from opsagent.service.charts import Chart
 from opsagent.service.metrics import ServiceMetrics
-from opsagent.service.notifier import Notifier, SlackNotifier
+from opsagent.service.notifier import Notifier, sinks_from
 from opsagent.service.pages import incident_page, index_page, not_found_page
 from opsagent.service.payload import WebhookPayload
 from opsagent.service.provider import SourceProvider, provider_for
@@ -235,6 +235,7 @@ def create_app(
         lessons_top_k=settings.lessons_top_k,
         lessons_cap=settings.lessons_recent,
         log_level=log_level,
+        playbooks=settings.playbooks_dir,
     )
     parts: Parts | None = None
 
@@ -250,11 +251,9 @@ def create_app(
         reader = StoreThread(settings.database, name="store-reader")
         await writer.call(lambda store: store.defer_checkpoints())  # opens and migrates, or fails loudly
         sink, owned = notifier, None
-        if sink is None and settings.notify_url is not None:
-            sink = owned = SlackNotifier(
-                settings.notify_url.get_secret_value(), public_url=settings.public_url, metrics=metrics
-            )
-        notify = _notify_task(sink) if sink is not None else None
+        if sink is None:
+            sink = owned = sinks_from(settings, metrics)
+        notify = _notify_task(sink, reader) if sink is not None else None
         dispatcher = Dispatcher(
             writer=writer,
             runner=Runner(config, workers=settings.workers, kind=runner),
@@ -517,8 +516,12 @@ def _json_list(text: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _notify_task(notifier: Notifier) -> Callable[[IncidentRecord], Awaitable[None]]:
+def _notify_task(notifier: Notifier, reader: StoreThread) -> Callable[[IncidentRecord], Awaitable[None]]:
     async def send(incident: IncidentRecord) -> None:
-        await notifier.notify(incident)
+        try:  # the message shows the report's evidence and next step; without it, the verdict alone
+            report: Report | None = await reader.call(lambda store: store.report(incident.id))
+        except StoreError:
+            report = None
+        await notifier.notify(incident, report)
 
     return send

@@ -1,0 +1,124 @@
+"""The Kubernetes source over any reader of objects: a live cluster (:mod:`adapters.kubernetes`) or a
+recorded incident's ``kubernetes.jsonl``; and rollout history as a changes reader over the same read.
+
+One read of the cluster serves an investigation (its objects are a snapshot of now; reading them
+again per question would let answers disagree); what is computed from it is :mod:`opsagent.kubestate`'s.
+This module imports no client, so replaying a recording never loads one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import structlog
+
+from adapters.protocols import KubernetesReader
+from opsagent.errors import SourceError
+from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
+from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
+from opsagent.models import Incident, KubernetesData
+
+log = structlog.get_logger("opsagent.adapters")
+
+#: The kinds read for one investigation; pods are required, the rest make it better.
+READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "Rollout")
+
+
+class RecordedObjects:
+    """A recorded incident's Kubernetes objects, served as a reader serves a cluster's."""
+
+    name = "kubernetes:replay"
+
+    def __init__(self, objects: Sequence[KubeObject]) -> None:
+        self._objects = list(objects)
+
+    async def objects(self, *, kind: KubeKind) -> list[KubeObject]:
+        return [o for o in self._objects if o.kind == kind]
+
+
+# ---------------------------------------------------------------- the source
+
+
+class KubernetesState:
+    """The Kubernetes source: one read of the cluster per investigation (its objects are a snapshot
+    of now; reading them again per question would let answers disagree), computed by kubestate."""
+
+    def __init__(
+        self,
+        reader: KubernetesReader,
+        *,
+        service_labels: Sequence[str] = SERVICE_LABELS,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.reader = reader
+        self.name = reader.name
+        self.service_labels = tuple(service_labels)
+        self._now = now or (lambda: datetime.now(UTC))
+        self._read: asyncio.Task[tuple[Cluster, datetime, list[str]]] | None = None
+
+    async def cluster(self) -> tuple[Cluster, datetime, list[str]]:
+        """The cluster as read, when, and the kinds that could not be read (with why)."""
+        if self._read is None:
+            self._read = asyncio.ensure_future(self._read_all())
+        return await self._read
+
+    async def _read_all(self) -> tuple[Cluster, datetime, list[str]]:
+        at = self._now()
+        answers = await asyncio.gather(*(self.reader.objects(kind=k) for k in READ), return_exceptions=True)
+        objects: list[KubeObject] = []
+        unread: list[str] = []
+        for kind, answer in zip(READ, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if kind == "Pod" or not isinstance(answer, SourceError):
+                    raise answer  # without pods there is nothing to say
+                unread.append(f"{kind}: {answer}")
+                log.warning("adapter.partial", source=self.name, kind=kind, error=str(answer))
+            else:
+                objects.extend(answer)
+        return Cluster(objects, service_labels=self.service_labels), at, unread
+
+    async def pods(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        cluster, at, unread = await self.cluster()
+        data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
+        return data.model_copy(update={"unread": unread}) if unread else data
+
+    async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
+        cluster, at, unread = await self.cluster()
+        data = events_view(cluster, service=service, reason=reason, read_at=at)
+        return data.model_copy(update={"unread": unread}) if unread else data
+
+    async def nodes(self, *, incident: Incident, service: str | None) -> KubernetesData:
+        cluster, at, unread = await self.cluster()
+        data = nodes_view(cluster, service=service, read_at=at)
+        return data.model_copy(update={"unread": unread}) if unread else data
+
+
+def replay_kubernetes(recording: Recording) -> tuple[KubernetesState | None, Recording]:
+    """A recorded incident's Kubernetes source (read as of the end of its window), and the recording
+    with the rollout history of its objects among its changes (a change recorded both ways once)."""
+    if "kubernetes" not in recording.present:
+        return None, recording
+    state = KubernetesState(RecordedObjects(recording.kubernetes), now=lambda: recording.window.end)
+    known = {c.id for c in recording.changes}
+    rollouts = [c for c in rollout_changes(Cluster(recording.kubernetes)) if c.id not in known]
+    return state, recording.model_copy(update={"changes": [*recording.changes, *rollouts]})
+
+
+class RolloutChanges:
+    """Rollout history (Deployments' and Argo Rollouts' ReplicaSets) as a changes reader, over the
+    same read of the cluster as the Kubernetes source."""
+
+    def __init__(self, state: KubernetesState) -> None:
+        self.state = state
+        self.name = "changes:" + state.name.split(":", 1)[-1]
+
+    async def changes(self, *, start: datetime, end: datetime, service: str | None) -> list[Change]:
+        try:
+            cluster, _, _ = await self.state.cluster()
+        except SourceError as exc:
+            raise type(exc)(str(exc), source=self.name, query=exc.query) from exc
+        return [
+            c for c in rollout_changes(cluster) if start <= c.ts <= end and (service is None or c.service == service)
+        ]

@@ -1,0 +1,550 @@
+"""The Kubernetes source: kr8s against the API's real shapes (tests/fake_kubernetes.py cites them),
+kubeconfig and service-account auth, the read-only guard, and parity with the recorded incident."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s._exceptions
+import pytest
+import respx
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from kr8s.asyncio.objects import Pod
+
+from adapters.boundary import mapped_by
+from adapters.config import open_live_sources
+from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
+from adapters.kubesource import KubernetesState, RolloutChanges, replay_kubernetes
+from adapters.sourceconfig import SourcesConfig
+from opsagent.errors import NotReadOnly, SourceAuthFailed
+from opsagent.features import profiles_from
+from opsagent.fixtures import KubeObject, load
+from opsagent.incident import open_incident
+from opsagent.kubestate import Cluster, pods_view, rollout_changes
+from opsagent.models import Action, ErrorData, KubernetesData, Observation, SourceKind
+from opsagent.tools import Toolbox
+from tests.conftest import INCIDENTS
+from tests.fake_kubernetes import FakeCluster
+
+FIXTURE = INCIDENTS / "cart-memory-limit-oomkill"
+SERVER = "https://k8s.test:6443"
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Any:
+    recording, truth = load(FIXTURE)
+    return recording, truth
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": {"server": SERVER, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "reader", "user": {"token": "reader-token"}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "reader", "namespace": "prod"}}],
+                "current-context": "test",
+            }
+        )
+    )
+    return path
+
+
+def _reader(kubeconfig: Path, **kw: Any) -> KubernetesReader:
+    return KubernetesReader(lambda: open_api(auth="kubeconfig", kubeconfig=kubeconfig), name="prod", **kw)
+
+
+def _incident(recording: Any) -> Any:
+    return open_incident(recording.alert, window=recording.window, baseline=recording.baseline, id=recording.slug)
+
+
+def _signs(data: KubernetesData, incident: Any) -> set[tuple[str, str]]:
+    """Triage's Kubernetes features of each component, from one observation."""
+    obs = Observation(
+        id="k-1", action=Action(tool="kubernetes.pods"), source=SourceKind.kubernetes, data=data, text="", tokens=1
+    )
+    return {(c, f) for c, p in profiles_from([obs], incident).items() for f in p.features if f.startswith("kube:")}
+
+
+# ---------------------------------------------------------------- reading
+
+
+def test_the_reader_lists_every_kind_page_by_page_with_the_kubeconfig_token(recorded: Any, kubeconfig: Path) -> None:
+    recording, _ = recorded
+    fake = FakeCluster(recording.kubernetes, page=7)
+
+    async def go() -> dict[str, int]:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            reader = _reader(kubeconfig)
+            try:
+                kinds = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "StatefulSet")
+                return {k: len(await reader.objects(kind=k)) for k in kinds}
+            finally:
+                await reader.aclose()
+
+    counts = asyncio.run(go())
+    expected = {k: sum(1 for o in recording.kubernetes if o.kind == k) for k in counts}
+    assert counts == expected and counts["Pod"] > 7  # more than one page of pods
+    lists = [r for r in fake.requests if not r.url.path.startswith("/version")]
+    assert {r.headers["authorization"] for r in fake.requests} == {"Bearer reader-token"}
+    assert any("continue" in r.url.params for r in lists)
+    assert all(r.method == "GET" for r in fake.requests)
+
+
+def test_a_live_read_says_what_the_recorded_incident_says(recorded: Any, kubeconfig: Path) -> None:
+    """The same objects, served by an API server or replayed from kubernetes.jsonl, give the same
+    observation and the same rollout history."""
+    recording, _ = recorded
+    incident = _incident(recording)
+    replayed, with_rollouts = replay_kubernetes(recording)
+    assert replayed is not None
+    fake = FakeCluster(recording.kubernetes, page=25)
+
+    async def go() -> tuple[KubernetesData, KubernetesData, list[Any], list[Any]]:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            reader = _reader(kubeconfig)
+            live = KubernetesState(reader, now=lambda: recording.window.end)
+            try:
+                a = await live.pods(incident=incident, service="cart-service")
+                b = await replayed.pods(incident=incident, service="cart-service")
+                start, end = incident.window.start - dt.timedelta(hours=2), incident.window.end
+                changes = await RolloutChanges(live).changes(start=start, end=end, service="cart-service")
+            finally:
+                await reader.aclose()
+            recorded_changes = [c for c in with_rollouts.changes if c.id.startswith("k8s-")]
+            return a, b, changes, recorded_changes
+
+    live, replay, live_changes, replay_changes = asyncio.run(go())
+    assert live == replay
+    assert [c.model_dump() for c in live_changes] == [c.model_dump() for c in replay_changes]
+    lists = [r for r in fake.requests if "continue" not in r.url.params and not r.url.path.startswith("/version")]
+    assert len(lists) == 6  # one read of each kind per investigation, whatever is asked of it
+
+
+def test_the_pods_observation_names_the_oom_kills_and_the_limit(recorded: Any) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+    state, _ = replay_kubernetes(recording)
+    assert state is not None
+    data = asyncio.run(state.pods(incident=incident, service="cart-service"))
+    (cart,) = data.workloads
+    assert cart.terminations.get("OOMKilled", 0) == cart.pods > 0
+    assert all(c.memory_limit == "256Mi" for p in data.pods for c in p.containers)
+    assert any(e.reason == "BackOff" and e.type == "Warning" for e in data.events)
+    every = asyncio.run(state.pods(incident=incident, service=None))
+    found = _signs(every, incident)
+    assert ("cart-service", "kube:oom_killed") in found
+    # An old readiness blip of search-service, long before onset, is not a sign of this incident.
+    assert not any(s == "search-service" for s, _ in found)
+
+
+def test_rollout_history_is_a_config_change_with_the_template_lines_and_the_pods_of_each_version(
+    recorded: Any,
+) -> None:
+    recording, truth = recorded
+    (change,) = [c for c in rollout_changes(Cluster(recording.kubernetes)) if c.service == "cart-service"]
+    assert change.id == truth.change_ids[0]
+    assert change.kind == "config"  # the image did not move, the pod template did
+    assert (change.from_version, change.to_version) == ("revision 5", "revision 6")
+    assert change.diff is not None
+    assert "-containers(cart-service).resources.limits.memory: 512Mi" in change.diff.splitlines()
+    assert "+containers(cart-service).resources.limits.memory: 256Mi" in change.diff.splitlines()
+    pods = change.model_extra["pods"]  # type: ignore[index]
+    assert len(pods["revision 6"]) == 3 and pods["revision 5"] == []
+    assert change.author == "platform-rightsizer"
+
+
+def test_an_image_change_is_a_deploy_between_tags() -> None:
+    def rs(name: str, rev: int, image: str, created: str) -> KubeObject:
+        return KubeObject.model_validate(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": name,
+                    "namespace": "shop",
+                    "creationTimestamp": created,
+                    "labels": {"app.kubernetes.io/name": "adservice"},
+                    "annotations": {"deployment.kubernetes.io/revision": str(rev)},
+                    "ownerReferences": [{"kind": "Deployment", "name": "adservice"}],
+                },
+                "spec": {"template": {"spec": {"containers": [{"name": "server", "image": image}]}}},
+            }
+        )
+
+    changes = rollout_changes(
+        Cluster(
+            [
+                rs("adservice-7c9b8d6f5", 2, "gcr.io/shop/adservice:v1", "2026-03-01T10:00:00Z"),
+                rs("adservice-59f7c4b8d", 3, "gcr.io/shop/adservice:v2", "2026-03-02T15:56:00Z"),
+            ]
+        )
+    )
+    (c,) = changes
+    assert (c.kind, c.service, c.from_version, c.to_version) == ("deploy", "adservice", "v1", "v2")
+    assert c.ts == dt.datetime(2026, 3, 2, 15, 56, tzinfo=dt.UTC)
+
+
+# ---------------------------------------------------------------- auth
+
+
+def _ca(path: Path) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def test_in_cluster_auth_reads_the_service_account_and_ignores_a_kubeconfig(
+    recorded: Any, tmp_path: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recording, _ = recorded
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("sa-token")
+    (sa / "namespace").write_text("prod")
+    _ca(sa / "ca.crt")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))  # a developer's kubeconfig must not win in-cluster
+    fake = FakeCluster(recording.kubernetes)
+
+    async def go() -> int:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, "https://10.96.0.1:443")
+            reader = KubernetesReader(
+                lambda: open_api(auth="in_cluster", serviceaccount=sa), name="in-cluster", namespaces=["prod"]
+            )
+            try:
+                return len(await reader.objects(kind="Pod"))
+            finally:
+                await reader.aclose()
+
+    assert asyncio.run(go()) == sum(1 for o in recording.kubernetes if o.kind == "Pod")
+    assert {r.headers["authorization"] for r in fake.requests} == {"Bearer sa-token"}
+    assert {r.url.path.rstrip("/") for r in fake.requests} == {"/version", "/api/v1/namespaces/prod/pods"}
+
+
+def test_no_credentials_is_an_auth_failure_that_names_the_source(tmp_path: Path) -> None:
+    reader = KubernetesReader(lambda: open_api(auth="kubeconfig", kubeconfig=tmp_path / "missing"), name="nowhere")
+    with pytest.raises(SourceAuthFailed) as raised:
+        asyncio.run(reader.objects(kind="Pod"))
+    assert raised.value.source == "kubernetes:nowhere"
+
+
+# ---------------------------------------------------------------- read-only
+
+
+WRITES = ("POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE", "CONNECT")
+
+
+@pytest.mark.parametrize("method", WRITES)
+def test_the_guard_refuses_every_verb_but_get(method: str) -> None:
+    with pytest.raises(NotReadOnly):
+        refuse_unless_read(httpx.Request(method, f"{SERVER}/api/v1/namespaces/prod/pods/cart-0"))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/namespaces/prod/secrets",
+        "/api/v1/namespaces/prod/secrets/db-password",
+        "/api/v1/namespaces/prod/configmaps",
+        "/api/v1/namespaces/prod/pods/cart-0/exec",
+        "/api/v1/namespaces/prod/pods/cart-0/attach",
+        "/api/v1/namespaces/prod/pods/cart-0/portforward",
+        "/api/v1/namespaces/prod/pods/cart-0/proxy",
+        "/api/v1/namespaces/prod/pods/cart-0/log",
+        "/api/v1/namespaces/prod/services/cart:80/proxy/admin",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "/apis/apps/v1/namespaces/prod/deployments/cart/scale",
+    ],
+)
+def test_the_guard_refuses_reads_of_what_opsagent_has_no_business_reading(path: str) -> None:
+    with pytest.raises(NotReadOnly):
+        refuse_unless_read(httpx.Request("GET", f"{SERVER}{path}"))
+
+
+def test_the_guard_lets_through_the_reads_opsagent_makes() -> None:
+    for path in (
+        "/version",
+        "/api/v1/pods?limit=100",
+        "/api/v1/namespaces/prod/pods?limit=100&continue=abc",
+        "/api/v1/namespaces/prod/events?fieldSelector=involvedObject.name%3Dcart-0",
+        "/api/v1/nodes",
+        "/apis/apps/v1/namespaces/prod/replicasets",
+        "/apis/apps/v1/deployments?watch=true&resourceVersion=10",
+        "/apis/argoproj.io/v1alpha1/namespaces/prod/rollouts",
+    ):
+        refuse_unless_read(httpx.Request("GET", f"{SERVER}{path}"))
+    with pytest.raises(NotReadOnly):  # a dry run is still a write request
+        refuse_unless_read(httpx.Request("GET", f"{SERVER}/api/v1/pods?dryRun=All"))
+    with pytest.raises(NotReadOnly):  # no websocket, whatever path
+        refuse_unless_read(httpx.Request("GET", f"{SERVER}/api/v1/pods", headers={"Upgrade": "websocket"}))
+
+
+def test_no_write_can_leave_the_client_whatever_code_path_asks(recorded: Any, kubeconfig: Path) -> None:
+    """Through kr8s's own API, every verb and every write method of its objects: refused before a
+    byte is sent; the server sees GETs of readable resources only."""
+    recording, _ = recorded
+    fake = FakeCluster(recording.kubernetes)
+    raw = next(o for o in recording.kubernetes if o.kind == "Pod").raw()
+
+    async def go() -> list[str]:
+        refused = []
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            api = await open_api(auth="kubeconfig", kubeconfig=kubeconfig)
+            for method in WRITES:
+                try:
+                    async with api.call_api(method, url="pods/cart-0", namespace="prod"):
+                        pass
+                except NotReadOnly:
+                    refused.append(method)
+            pod = Pod(raw, api=api)
+            for name, call in (
+                ("create", lambda: pod.create()),
+                ("delete", lambda: pod.delete()),
+                ("patch", lambda: pod.patch({"metadata": {"labels": {"x": "y"}}})),
+                ("label", lambda: pod.label({"x": "y"})),
+                ("annotate", lambda: pod.annotate({"x": "y"})),
+                ("exec", lambda: pod.exec(["sh", "-c", "id"])),
+                ("logs", lambda: _drain(pod.logs())),
+                ("remove_label", lambda: pod.remove_label("app")),
+            ):
+                try:
+                    await call()
+                except NotReadOnly:
+                    refused.append(name)
+                except Exception as exc:  # kr8s may wrap it; the refusal must be at the bottom
+                    if isinstance(exc.__cause__ or exc.__context__, NotReadOnly):
+                        refused.append(name)
+                    else:
+                        raise
+            await api._session.aclose()  # type: ignore[union-attr]
+        return refused
+
+    refused = asyncio.run(go())
+    assert refused == [*WRITES, "create", "delete", "patch", "label", "annotate", "exec", "logs", "remove_label"]
+    assert fake.requests and all(r.method == "GET" for r in fake.requests)
+    reached = {r.url.path.rstrip("/") for r in fake.requests}
+    assert reached <= {"/version", f"/api/v1/namespaces/prod/pods/{raw['metadata']['name']}"}, reached
+
+
+async def _drain(gen: Any) -> None:
+    async for _ in gen:
+        pass
+
+
+def test_the_reader_offers_no_method_that_writes() -> None:
+    public = {n for n, _ in inspect.getmembers(KubernetesReader) if not n.startswith("_")}
+    assert public == {"api", "objects", "version", "aclose"}
+
+
+# ---------------------------------------------------------------- errors and degraded reads
+
+
+def test_every_kr8s_exception_is_mapped() -> None:
+    foreign = [
+        cls
+        for _, cls in inspect.getmembers(kr8s._exceptions, inspect.isclass)
+        if issubclass(cls, Exception) and cls.__module__ == kr8s._exceptions.__name__
+    ]
+    assert foreign
+    assert all(mapped_by(cls, ERRORS) is not None for cls in foreign), foreign
+
+
+def test_events_the_identity_may_not_list_are_named_and_pods_still_answer(recorded: Any, kubeconfig: Path) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+    fake = FakeCluster(recording.kubernetes, forbid={"Event"}, no_rollouts=True)
+
+    async def go() -> KubernetesData:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            reader = _reader(kubeconfig)
+            try:
+                return await KubernetesState(reader).pods(incident=incident, service="cart-service")
+            finally:
+                await reader.aclose()
+
+    data = asyncio.run(go())
+    assert data.pods and not data.events
+    assert len(data.unread) == 1 and data.unread[0].startswith("Event: HTTP 403")
+    assert "cannot list resource" in data.unread[0]
+
+
+def test_a_cluster_that_refuses_pods_is_an_observation_naming_the_source(recorded: Any, kubeconfig: Path) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+    fake = FakeCluster(recording.kubernetes, forbid={"Pod"})
+
+    async def go() -> Any:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            config = SourcesConfig.model_validate(
+                {"kubernetes": [{"name": "prod", "auth": "kubeconfig", "kubeconfig": str(kubeconfig)}]}
+            )
+            async with open_live_sources(config, environ={}) as live:
+                toolbox = Toolbox(sources=live.sources, catalog=live.catalog, incident=incident)
+                obs = await toolbox.call(Action(tool="kubernetes.pods", args={"service": "cart-service"}))
+                changes = await toolbox.call(Action(tool="changes.list", args={"service": "cart-service"}))
+                return obs, changes, toolbox
+
+    obs, changes, toolbox = asyncio.run(go())
+    assert isinstance(obs.data, ErrorData) and "kubernetes:prod could not be read" in obs.data.error
+    assert isinstance(changes.data, ErrorData) and "changes:prod" in changes.data.error
+    assert "kubernetes:prod" in toolbox.unreadable
+
+
+def test_env_values_are_digested_and_server_bookkeeping_dropped() -> None:
+    raw = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "cart-0",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": '{"spec": "DB_PASSWORD=hunter2"}'},
+        },
+        "spec": {"containers": [{"name": "cart", "env": [{"name": "DB_PASSWORD", "value": "hunter2"}]}]},
+    }
+    clean = scrub(raw)
+    assert "hunter2" not in str(clean)
+    assert clean["spec"]["containers"][0]["env"][0]["value"].startswith("sha256:")
+    assert "managedFields" not in clean["metadata"]
+
+
+# ---------------------------------------------------------------- the signs, one rule each
+
+
+def _pod(name: str, app: str | None, status: dict[str, Any], *, owner: str | None = None) -> KubeObject:
+    meta: dict[str, Any] = {"name": name, "namespace": "prod", "creationTimestamp": "2026-04-09T09:00:00Z"}
+    if app:
+        meta["labels"] = {"app": app}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": owner}]
+    return KubeObject.model_validate(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": "node-a"}, "status": status}
+    )
+
+
+def test_signs_of_image_pulls_scheduling_and_probes_and_the_new_events_api(recorded: Any) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+    at = "2026-04-09T09:45:00Z"
+    objects = [
+        _pod(
+            "ads-59f7c4b8d-x1x2x",
+            None,  # no labels: its ReplicaSet's name gives the service
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "server",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}},
+                    }
+                ],
+            },
+            owner="ads-59f7c4b8d",
+        ),
+        _pod(
+            "search-0",
+            "search",
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/4 nodes are available: 4 Insufficient memory.",
+                    }
+                ],
+            },
+        ),
+        KubeObject.model_validate(
+            {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": "web-1.17f", "namespace": "prod"},
+                "regarding": {"kind": "Pod", "name": "web-1", "namespace": "prod"},
+                "reason": "Unhealthy",
+                "note": "Readiness probe failed: HTTP probe failed with statuscode: 503",
+                "type": "Warning",
+                "eventTime": at,
+                "series": {"count": 12, "lastObservedTime": at},
+            }
+        ),
+        _pod("web-1", "web", {"phase": "Running"}),
+    ]
+    cluster = Cluster(objects)
+    data = pods_view(cluster, service=None, since=incident.onset - dt.timedelta(minutes=30), read_at=incident.onset)
+    found = _signs(data, incident)
+    assert found == {("ads", "kube:image_pull"), ("search", "kube:unschedulable"), ("web", "kube:probe_failed")}
+    (probe,) = data.events
+    assert probe.count == 12 and probe.service == "web"
+
+
+def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kubeconfig: Path) -> None:
+    from adapters.sourceconfig import KubernetesConfig
+    from opsagent.doctor import check
+
+    recording, _ = recorded
+    with respx.mock(assert_all_called=False) as router:
+        FakeCluster(recording.kubernetes).install(router, SERVER)
+        config = KubernetesConfig(name="prod", auth="kubeconfig", kubeconfig=kubeconfig, namespaces=["prod"])
+        health = asyncio.run(check(config, environ={}))
+        empty = asyncio.run(check(config.model_copy(update={"namespaces": ["nothing-here"]}), environ={}))
+    assert health.ok and health.version == "v1.31.4"
+    assert empty.reachable and "no pods visible in nothing-here" in empty.problems[0]
+
+
+def test_what_a_live_investigation_read_of_the_cluster_is_recorded_as_it_came(recorded: Any, kubeconfig: Path) -> None:
+    from adapters.wrappers import Recorder
+    from adapters.wrappers import recorded as recording_of
+
+    recording, _ = recorded
+    keep = Recorder()
+
+    async def go() -> None:
+        with respx.mock(assert_all_called=False) as router:
+            FakeCluster(recording.kubernetes).install(router, SERVER)
+            reader = _reader(kubeconfig)
+            try:
+                await recording_of(reader, keep).objects(kind="Pod")
+            finally:
+                await reader.aclose()
+
+    asyncio.run(go())
+    pods = [o for o in recording.kubernetes if o.kind == "Pod"]
+    assert sorted(keep.kubernetes) == sorted(("Pod", o.namespace, o.name) for o in pods)
+    assert {k: o.raw() for k, o in keep.kubernetes.items()} == {("Pod", o.namespace, o.name): o.raw() for o in pods}
