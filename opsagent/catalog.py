@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import ValidationError
 
+from opsagent import ranking
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef
 from opsagent.selector import SelectorError, parse
@@ -38,8 +39,23 @@ _BAD_UP = re.compile(r"(?:^|_)(?:latency|duration|response_time|errors?|failures
 _BAD_DOWN = re.compile(r"(?:^|_)(?:success|succeeded|availability|available|hits?|uptime)(?:_|$)")
 
 
+#: Name words of how much work arrives or leaves (bytes, packets, calls, requests): volume, not health.
+_VOLUME = re.compile(
+    r"(?:^|_)(?:bytes|packets|syscalls?|requests?|ops|qps|rps|throughput|messages|calls|workload)(?:_|$)"
+)
+
+
+def is_volume(metric: str) -> bool:
+    """Whether a metric counts how much work a component is given (its callers' doing, mostly)."""
+    if not ranking.on("volume"):
+        return False
+    return _VOLUME.search(metric) is not None and not _BAD_UP.search(metric) and not _BAD_DOWN.search(metric)
+
+
 def bad_way(metric: str) -> Literal["up", "down", "any"]:
     """Which way a metric goes bad, read from its name."""
+    if not ranking.on("named_direction"):
+        return "any"
     if _BAD_DOWN.search(metric):
         return "down"
     return "up" if _BAD_UP.search(metric) else "any"

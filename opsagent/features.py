@@ -10,6 +10,7 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``signal:<signal>:up|down`` a metric of the component shifted; ``near_limit:<signal>`` at its ceiling;
 * ``node:<signal>:up|down`` a figure of the node the component runs on (shared with its neighbours);
 * ``deps:<signal>:up|down`` the component's view of the calls it makes (a client-side latency);
+* ``load:<metric>:up|down`` how much work an unlisted volume metric (bytes, calls) says it was given;
 * ``net:path_slow`` calls to or from the component got slower as their callers see them while the
   callees' own view did not: the time is lost between them (a network delay on the component's links);
 * ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
@@ -27,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from opsagent import kubestate, ranking
+from opsagent.catalog import is_volume
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
@@ -149,6 +151,10 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
         shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
         mag = ranking.metric_weight(shortfall or s.mean_ratio)
         ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else ""
+        if s.signal == metric_of(s) and is_volume(s.signal) and s.scope != "node":
+            # How much work arrives (bytes, calls): its callers' doing unless traffic enters here.
+            profiles[s.component].add(f"load:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
+            continue
         if s.scope in ("node", "outbound"):
             # The node's figure (shared by every pod on it), or the component's view of its calls
             # (its dependencies' doing): context, not the component's own anomaly.
@@ -162,13 +168,18 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
     _path_features(profiles, obs, data)
 
 
+def metric_of(s: SeriesStats) -> str:
+    """The metric name a series' query reads."""
+    return s.query.split("{", 1)[0]
+
+
 def slow_paths(data: MetricsData) -> list[tuple[str, str, SeriesStats]]:
     """Call edges whose caller-side latency rose while the callee-side view of the same calls did
     not: (caller, callee, the caller-side stats). Only edges measured from both ends qualify."""
     sides: dict[tuple[str, str, str], dict[str, SeriesStats]] = defaultdict(dict)
     for s in data.stats:
         if s.scope == "edge" and s.caller and s.side:
-            sides[(s.caller, s.component, s.query.split("{", 1)[0])][s.side] = s
+            sides[(s.caller, s.component, metric_of(s))][s.side] = s
     out = []
     for (caller, callee, _), pair in sorted(sides.items()):
         client, server = pair.get("client"), pair.get("server")
@@ -183,7 +194,7 @@ def slow_paths(data: MetricsData) -> list[tuple[str, str, SeriesStats]]:
 def _path_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData) -> None:
     """A component most of whose measured links got slow on the path is where the delay sits: a
     network fault on a component's interface slows every call to and from it."""
-    slow = slow_paths(data)
+    slow = slow_paths(data) if ranking.on("path_slow") else []
     if not slow:
         return
     links: dict[str, set[tuple[str, str]]] = defaultdict(set)

@@ -14,7 +14,7 @@ removed). Investigations never switch rules off.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -31,7 +31,14 @@ RULES: dict[str, str] = {
     "failures": "failures are explained by failures; a merely slow dependency explains half of them",
     "anomalous_path": "a component the alert reaches only through quiet components gets half its score",
     "diversity": "the beam prefers the hypothesis that explains what the ones before it leave unexplained",
-    "specificity": "a metric shift seen in many components at once tells less about each of them",
+    "specificity": "an unlisted metric's shift seen in many components at once tells less about each of them",
+    "peer_noise": "a shift the same metric of other components makes between samples before onset is noise",
+    "node_scope": "node-level series belong to the node, not to every component on it",
+    "outbound": "a component's client-side latency is its dependencies' doing",
+    "volume": "bytes, calls and other volume metrics of a callee are its callers' doing",
+    "named_direction": "an unlisted metric goes bad the way its name says (latency up, success down)",
+    "path_slow": "calls slow between the two ends of an edge put the delay on the links of a component",
+    "spike_free": "one spike among a handful of normal samples is not a series' spread",
 }
 
 _disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
@@ -116,16 +123,20 @@ SPECIFICITY_MIN_COMPONENTS = 5
 #: The least a widespread shift still weighs, as a share of its weight.
 SPECIFICITY_FLOOR = 0.2
 #: Features whose weight depends on how widespread they are.
-SPECIFIC_PREFIXES = ("signal:", "near_limit:")
+SPECIFIC_PREFIXES = ("signal:", "near_limit:", "load:")
 
 
-def weigh_by_specificity(features: Mapping[str, dict[str, float]]) -> None:
-    """Scale each metric feature by how few components show it (in place)."""
+def weigh_by_specificity(features: Mapping[str, dict[str, float]], signals: Collection[str]) -> None:
+    """Scale each feature of a metric no signal names by how few components show it (in place).
+
+    A catalogued signal (latency, errors, saturation) is one the environment says matters: its
+    shift in many components is a cascade along the call graph, which explaining-away sorts out.
+    An unlisted metric shifting in many components at once is the environment's weather."""
     components = len(features)
     counts: dict[str, int] = {}
     for found in features.values():
         for name in found:
-            if name.startswith(SPECIFIC_PREFIXES):
+            if name.startswith(SPECIFIC_PREFIXES) and name.split(":")[1] not in signals:
                 counts[name] = counts.get(name, 0) + 1
     for found in features.values():
         for name in list(found):
@@ -135,8 +146,8 @@ def weigh_by_specificity(features: Mapping[str, dict[str, float]]) -> None:
 
 # ---------------------------------------------------------------- a component's own score
 
-#: Features of the requests a component receives: for a callee, its callers' doing.
-TRAFFIC = "signal:request_rate:"
+#: Features of the requests (and other work) a component receives: for a callee, its callers' doing.
+TRAFFIC = ("signal:request_rate:", "load:")
 #: Features that say a component fails (rather than slows down).
 FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
 #: Beyond its loudest metric, each of the next three counts this much.
@@ -159,11 +170,13 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
         (
             v
             for k, v in features.items()
-            if k.startswith(("signal:", "near_limit:")) and not (skip_traffic and k.startswith(TRAFFIC))
+            if k.startswith(("signal:", "near_limit:", "load:")) and not (skip_traffic and k.startswith(TRAFFIC))
         ),
         reverse=True,
     )
     score = (metric[0] + NEXT_METRICS * sum(metric[1:4])) if metric else 0.0
+    # Calls to and from it slow between the ends: measured on its links, as strong as its own metrics.
+    score += features.get("net:path_slow", 0.0)
     score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
