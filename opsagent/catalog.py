@@ -52,6 +52,20 @@ def is_volume(metric: str) -> bool:
     return _VOLUME.search(metric) is not None and not _BAD_UP.search(metric) and not _BAD_DOWN.search(metric)
 
 
+_ERRORS = re.compile(r"(?:^|_)(?:errors?|failures?|failed|success|succeeded|availability|available)(?:_|$)")
+_LATENCY = re.compile(r"(?:^|_)(?:latency|duration|response_time)(?:_|$)")
+_RESOURCES = re.compile(r"(?:^|_)(?:cpu|memory|mem|rss|heap|threads|fds|disk)(?:_|$)")
+
+
+def meaning_of(metric: str) -> Literal["errors", "latency", "resources", "other"]:
+    """What a metric measures, read from its name: failures (or successes), time taken, resources."""
+    if _ERRORS.search(metric):
+        return "errors"
+    if _LATENCY.search(metric):
+        return "latency"
+    return "resources" if _RESOURCES.search(metric) else "other"
+
+
 def bad_way(metric: str) -> Literal["up", "down", "any"]:
     """Which way a metric goes bad, read from its name."""
     if not ranking.on("named_direction"):

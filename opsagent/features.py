@@ -14,7 +14,8 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``net:path_slow`` calls to or from the component got slower as their callers see them while the
   callees' own view did not: the time is lost between them (a network delay on the component's links);
 * ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
-* ``change:<kind>`` a change to the component just before onset;
+* ``change:<kind>`` a change to the component just before onset; ``version:worse`` its rollout's new
+  version's pods fail more or are slower than the old version's, ``version:no_worse`` they are not;
 * ``log:<family>`` a log family bursting, ``log:new_error`` new or bursting error templates,
   ``log:new:<family>`` such templates of a family;
 * ``kube:oom_killed|crash_loop|image_pull|unschedulable|probe_failed|node_pressure`` what the
@@ -40,6 +41,7 @@ from opsagent.models import (
     Observation,
     SeriesStats,
     TracesData,
+    VersionsData,
 )
 from opsagent.playbooks import Context, Expectation, evaluate, family_counts, new_error_templates
 from opsagent.stats import shortfall_ratio
@@ -100,6 +102,19 @@ class Profile:
             self.why.append(why)
 
 
+VERSION_WORSE = Expectation(op="version_worse")
+VERSION_NO_WORSE = Expectation(op="version_no_worse")
+
+
+def rolled_out(changes: Observation, incident: Incident) -> list[str]:
+    """The services a deploy or rollout changed just before onset (or is still changing)."""
+    if not isinstance(changes.data, ChangesData):
+        return []
+    exp = CHANGED.model_copy(update={"kinds": ["deploy", "rollout"]})
+    services = sorted({c.service for c in changes.data.changes})
+    return [s for s in services if evaluate(exp, changes, Context(incident=incident, service=s)).met]
+
+
 def profiles_from(observations: Iterable[Observation], incident: Incident) -> dict[str, Profile]:
     """Features of every component that these observations show, with the observation behind each."""
     profiles: dict[str, Profile] = defaultdict(Profile)
@@ -115,6 +130,8 @@ def profiles_from(observations: Iterable[Observation], incident: Incident) -> di
             _change_features(profiles, obs, data, incident)
         elif isinstance(data, LogsData) and data.service is not None:
             _log_features(profiles[data.service], obs, data, incident)
+        elif isinstance(data, VersionsData):
+            _version_features(profiles[data.service], obs, data, incident)
         elif isinstance(data, KubernetesData):
             _kube_features(profiles, obs, data, incident)
     return profiles
@@ -255,6 +272,17 @@ def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: 
     for family in sorted({f for t in found for f in families_of(t.sample)}):
         if evaluate(new_errors_of(family), obs, ctx).met:
             profile.add(f"log:new:{family}", ranking.NEW_FAMILY_WEIGHT, obs, f"new '{family}' errors")
+
+
+def _version_features(profile: Profile, obs: Observation, data: VersionsData, incident: Incident) -> None:
+    ctx = Context(incident=incident, service=data.service)
+    for feature, exp, weight in (
+        ("version:worse", VERSION_WORSE, ranking.VERSION_WORSE_WEIGHT),
+        ("version:no_worse", VERSION_NO_WORSE, ranking.WAITING_WEIGHT),
+    ):
+        outcome = evaluate(exp, obs, ctx)
+        if outcome.met:
+            profile.add(feature, weight, obs, outcome.value)
 
 
 def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None:

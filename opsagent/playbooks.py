@@ -39,6 +39,7 @@ from opsagent.models import (
     ServiceSpanStats,
     Symptom,
     TracesData,
+    VersionsData,
 )
 from opsagent.observations import fmt
 from opsagent.tools import TOOLS
@@ -108,6 +109,8 @@ Op = Literal[
     "kube_event",
     "node_pressure",
     "pods_steady",
+    "version_worse",
+    "version_no_worse",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -121,6 +124,8 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "below_value",
         "above_value",
         "component_quiet",
+        "version_worse",
+        "version_no_worse",
     ),
     "logs": ("family_burst", "family_quiet", "new_errors", "no_new_errors"),
     "changes": ("change_before_onset", "no_change_before_onset", "change_mentions"),
@@ -450,6 +455,27 @@ def _component_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     return Outcome(True, f"none of the {len(mine)} series of {ctx.service} moved beyond x{exp.min_ratio:g}")
 
 
+def _versions(obs: Observation, ctx: Context) -> VersionsData | None:
+    data = obs.data
+    return data if isinstance(data, VersionsData) and data.service == ctx.service else None
+
+
+def _version_worse(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when the service's new version fails more, or is slower by a margin, than its old one."""
+    data = _versions(obs, ctx)
+    if data is None or data.verdict == "unknown":
+        return Outcome(None, data.reason if data else "no versions compared")
+    return Outcome(data.verdict == "worse", f"{data.new_version} against {data.old_version}: {data.reason}")
+
+
+def _version_no_worse(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when the new version has run long enough and none of its error or latency figures is worse."""
+    data = _versions(obs, ctx)
+    if data is None or data.verdict == "unknown":
+        return Outcome(None, data.reason if data else "no versions compared")
+    return Outcome(data.verdict == "no_worse", f"{data.new_version} against {data.old_version}: {data.reason}")
+
+
 def _logs(obs: Observation) -> LogsData | None:
     return obs.data if isinstance(obs.data, LogsData) else None
 
@@ -721,6 +747,8 @@ EVALUATORS: dict[str, Evaluator] = {
     "below_value": _below_value,
     "above_value": _above_value,
     "component_quiet": _component_quiet,
+    "version_worse": _version_worse,
+    "version_no_worse": _version_no_worse,
     "family_burst": _family_burst,
     "family_quiet": _family_quiet,
     "new_errors": _new_errors,

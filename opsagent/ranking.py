@@ -39,6 +39,7 @@ RULES: dict[str, str] = {
     "named_direction": "an unlisted metric goes bad the way its name says (latency up, success down)",
     "path_slow": "calls slow between the two ends of an edge put the delay on the links of a component",
     "spike_free": "one spike among a handful of normal samples is not a series' spread",
+    "failures_first": "a component's own failures weigh more than a shift in how fast it is",
 }
 
 _disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
@@ -83,6 +84,9 @@ NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 2.0, 0.5
 TRACE_ERRORS_WEIGHT, FANOUT_WEIGHT = 1.0, 1.0
 #: A change just before onset weighs this.
 CHANGE_WEIGHT = 0.5
+#: A rollout whose new version fails more or is slower than its old one, on the same minutes and
+#: traffic, weighs this: as much as the loudest metric shift, for it is the change compared with itself.
+VERSION_WORSE_WEIGHT = 3.0
 #: Waiting on callees says where not to look; it barely weighs.
 WAITING_WEIGHT = 0.01
 
@@ -150,6 +154,9 @@ def weigh_by_specificity(features: Mapping[str, dict[str, float]], signals: Coll
 TRAFFIC = ("signal:request_rate:", "load:")
 #: Features that say a component fails (rather than slows down).
 FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
+#: A component's own failures (its success rate down, its errors up) weigh this many times a shift
+#: in how it performs: failing is what the component says of itself; slowness may be inherited.
+FAILING_FACTOR = 1.5
 #: Beyond its loudest metric, each of the next three counts this much.
 NEXT_METRICS = 0.3
 #: How much a self-time shift counts against metrics (traces measure the component itself).
@@ -166,9 +173,10 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     callers' doing (a retry storm, a caller gone quiet), so for a callee they do not count: only
     where traffic arrives from outside (no callers) is a change in it the component's own."""
     skip_traffic = called and on("callee_traffic")
+    failing = FAILING_FACTOR if on("failures_first") else 1.0
     metric = sorted(
         (
-            v
+            v * (failing if k.startswith(FAILURES) else 1.0)
             for k, v in features.items()
             if k.startswith(("signal:", "near_limit:", "load:")) and not (skip_traffic and k.startswith(TRAFFIC))
         ),
@@ -179,7 +187,9 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     score += features.get("net:path_slow", 0.0)
     score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
-    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
+    score += features.get("version:worse", 0.0)
+    if "version:no_worse" not in features:  # a new version that behaves like the old does not count
+        score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
     return score
 
