@@ -46,6 +46,7 @@ from opsagent.models import (
     VersionsData,
 )
 from opsagent.playbooks import (
+    NOT_OWN_FAMILIES,
     Context,
     Expectation,
     evaluate,
@@ -246,7 +247,8 @@ def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: 
     profile.add("log:new_error", ranking.new_error_weight(lines), obs, why)
     own = evaluate(OWN_NEW_ERRORS, obs, ctx)
     if own.met:
-        profile.add("log:new_own_error", ranking.NEW_FAMILY_WEIGHT, obs, own.value)
+        own_lines = sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
+        profile.add("log:new_own_error", ranking.own_error_weight(own_lines), obs, own.value)
     for family in sorted({f for t in found for f in families_of(t.sample)}):
         if evaluate(new_errors_of(family), obs, ctx).met:
             profile.add(f"log:new:{family}", ranking.NEW_FAMILY_WEIGHT, obs, f"new '{family}' errors")

@@ -107,6 +107,16 @@ def log_burst_weight(count: int, expected: float) -> float:
     return min(math.log2(count / max(expected, 1.0)) / LOG_BURST_DIVISOR, 1.0)
 
 
+def own_error_weight(lines: int) -> float:
+    """New errors of the component's own making (no dependency's failure named) weigh again as much
+    as new errors: the component says itself that its code went wrong."""
+    return new_error_weight(lines) * OWN_ERROR_SHARE
+
+
+#: What new errors of a component's own making add, as a share of the weight of new errors.
+OWN_ERROR_SHARE = 1.0
+
+
 def new_error_weight(lines: int) -> float:
     return NEW_ERROR_WEIGHT * min(max(math.log2(1 + lines) / 3, 1.0), 2.0)
 
@@ -153,7 +163,15 @@ def weigh_by_specificity(features: Mapping[str, dict[str, float]], signals: Coll
 #: Features of the requests (and other work) a component receives: for a callee, its callers' doing.
 TRAFFIC = ("signal:request_rate:", "load:")
 #: Features that say a component fails (rather than slows down).
-FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
+FAILURES = (
+    "signal:availability:",
+    "signal:error_ratio:",
+    "signal:client_error_ratio:",
+    "trace:errors_up",
+    "log:new_error",
+    "log:new_own_error",
+    "log:new:",
+)
 #: A component's own failures (its success rate down, its errors up) weigh this many times a shift
 #: in how it performs: failing is what the component says of itself; slowness may be inherited.
 FAILING_FACTOR = 1.5
@@ -261,7 +279,9 @@ def propagate(
         share = min(failing.get(node, 0.0) / mine, 1.0) if on("failures") else 0.0
         if share:
             by_failures = min(below(node, failing) / mine, 1.0)
-            explained = (1 - share) * explained + share * max(by_failures, SLOW_EXPLAINS_FAILING * explained)
+            # Errors of its own making (not timeouts, not a callee's 5xx) a slow callee does not explain.
+            slow_explains = 0.0 if "log:new_own_error" in features.get(node, {}) else SLOW_EXPLAINS_FAILING
+            explained = (1 - share) * explained + share * max(by_failures, slow_explains * explained)
         if "trace:self_time_up" in features.get(node, {}):
             explained *= SELF_SLOW_EXPLAINED  # it is slow on its own, not only waiting
         score = mine * (1 - EXPLAIN_AWAY * explained)
