@@ -31,7 +31,6 @@ from collections.abc import Iterable
 
 from opsagent import kubestate, ranking
 from opsagent.analysis.edges import links_of, metric_of, slow_paths
-from opsagent.catalog import is_volume
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
@@ -45,6 +44,7 @@ from opsagent.models import (
     TracesData,
     VersionsData,
 )
+from opsagent.naming import is_volume
 from opsagent.playbooks import (
     NOT_OWN_FAMILIES,
     Context,

@@ -14,7 +14,7 @@ removed). Investigations never switch rules off.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -31,7 +31,7 @@ RULES: dict[str, str] = {
     "failures": "failures are explained by failures; a merely slow dependency explains half of them",
     "anomalous_path": "a component the alert reaches only through quiet components gets half its score",
     "diversity": "the beam prefers the hypothesis that explains what the ones before it leave unexplained",
-    "specificity": "an unlisted metric's shift seen in many components at once tells less about each of them",
+    "specificity": "a metric shift seen in many places that do not call each other tells less about each",
     "peer_noise": "a shift the same metric of other components makes between samples before onset is noise",
     "node_scope": "node-level series belong to the node, not to every component on it",
     "outbound": "a component's client-side latency is its dependencies' doing",
@@ -40,6 +40,7 @@ RULES: dict[str, str] = {
     "path_slow": "calls slow between the two ends of an edge put the delay on the links of a component",
     "spike_free": "one spike among a handful of normal samples is not a series' spread",
     "failures_first": "a component's own failures weigh more than a shift in how fast it is",
+    "discovery": "metric names the catalog has never seen map to its signals by convention",
 }
 
 _disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
@@ -140,22 +141,43 @@ SPECIFICITY_FLOOR = 0.2
 SPECIFIC_PREFIXES = ("signal:", "near_limit:", "load:")
 
 
-def weigh_by_specificity(features: Mapping[str, dict[str, float]], signals: Collection[str]) -> None:
-    """Scale each feature of a metric no signal names by how few components show it (in place).
+def weigh_by_specificity(features: Mapping[str, dict[str, float]], graph: Sequence[Edge]) -> None:
+    """Scale each metric feature by how few unconnected places show it (in place).
 
-    A catalogued signal (latency, errors, saturation) is one the environment says matters: its
-    shift in many components is a cascade along the call graph, which explaining-away sorts out.
-    An unlisted metric shifting in many components at once is the environment's weather."""
+    The components that show a feature are grouped along the call graph: a shift spreading from a
+    callee to its callers (a cascade) is one place, however many components it reaches, and
+    explaining-away sorts out where it started. The same shift in many places that do not call
+    each other is the environment's weather (a noisy exporter, a shared dependency)."""
     components = len(features)
-    counts: dict[str, int] = {}
-    for found in features.values():
+    holders: dict[str, set[str]] = {}
+    for component, found in features.items():
         for name in found:
-            if name.startswith(SPECIFIC_PREFIXES) and name.split(":")[1] not in signals:
-                counts[name] = counts.get(name, 0) + 1
+            if name.startswith(SPECIFIC_PREFIXES):
+                holders.setdefault(name, set()).add(component)
+    neighbours: dict[str, set[str]] = {}
+    for e in graph:
+        neighbours.setdefault(e.caller, set()).add(e.callee)
+        neighbours.setdefault(e.callee, set()).add(e.caller)
+    places = {name: _clusters(members, neighbours) for name, members in holders.items()}
     for found in features.values():
         for name in list(found):
-            if name in counts:
-                found[name] = found[name] * specificity(counts[name] / components, components)
+            if name in places:
+                found[name] = found[name] * specificity(places[name] / components, components)
+
+
+def _clusters(members: set[str], neighbours: Mapping[str, set[str]]) -> int:
+    """How many groups the members form, joined where one calls another."""
+    left, groups = set(members), 0
+    while left:
+        groups += 1
+        frontier = [min(left)]
+        left.discard(frontier[0])
+        while frontier:
+            node = frontier.pop()
+            for other in sorted(neighbours.get(node, set()) & left):
+                left.discard(other)
+                frontier.append(other)
+    return groups
 
 
 # ---------------------------------------------------------------- a component's own score

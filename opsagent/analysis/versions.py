@@ -20,9 +20,9 @@ from typing import Literal
 from scipy.stats import mannwhitneyu
 
 from opsagent.analysis.series import min_effect, side_of
-from opsagent.catalog import bad_way, meaning_of, unit_of
 from opsagent.fixtures import MetricSeries, SignalDef, unix
 from opsagent.models import Incident, VersionComparison, VersionsData
+from opsagent.naming import bad_way, meaning_of, unit_of
 from opsagent.stats import ts
 
 #: Labels that carry a workload's version.
