@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -117,6 +118,14 @@ def test_readiness_says_the_store_cannot_be_written_when_its_incidents_are_damag
     service = create_app(settings(tmp_path, fixtures_dir=None), runner="thread", poll_s=0.2)
     with TestClient(service, headers=AUTH) as client:
         assert client.get("/readyz").status_code == 200
+    # one job left running by a process of this host that is gone: the restart requeues it, which
+    # writes to the damaged incidents (a service that cannot requeue must still start, not ready)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    db = sqlite3.connect(database)
+    with db:
+        owner = f"{socket.gethostname()}:{int(gone.stdout)}:gone"
+        db.execute("UPDATE jobs SET status = 'running', owner = ? WHERE id = 1", (owner,))
+    db.close()
     damage(database, "incidents")
     service = create_app(settings(tmp_path, fixtures_dir=None), runner="thread", poll_s=0.2)
     with TestClient(service, headers=AUTH) as client:

@@ -195,9 +195,13 @@ class Dispatcher:
             log.info(event.replace("_failed", "_recovered"))
 
     async def start(self) -> None:
-        requeued = await self.writer.call(lambda store: store.requeue_orphans(self.owner.orphaned))
-        if requeued:
-            log.info("queue.resumed", jobs=requeued)
+        try:  # a damaged store must not stop the service: readiness says so, leases still run out
+            requeued = await self.writer.call(lambda store: store.requeue_orphans(self.owner.orphaned))
+        except StoreError as exc:
+            self._trouble("queue.resume_failed", exc)
+        else:
+            if requeued:
+                log.info("queue.resumed", jobs=requeued)
         self._main = asyncio.create_task(self._loop(), name="dispatcher")
         self._spawn(self._renew())
         if self.checkpointer is not None:
