@@ -2,8 +2,12 @@
 
 * ``hybrid`` (default): propose k -> rank -> verify the best b concurrently -> backtrack.
 * ``react``: one greedy ReAct loop, no proposal, no ranking: the baseline.
+* ``tot``: pure Tree-of-Thoughts, breadth-first with a value for every state and a beam.
+* ``plan``: Plan-and-Execute over the locked objective, re-planning on surprise.
+* ``mcts``: LATS — UCT selection, judge-valued rollouts, reflection between rollouts.
+* ``reflexion``: react retried with the lessons of its failed attempts.
 
-A strategy is named with its options, if any: ``name:key=value,…``.
+A strategy is named with its options, if any: ``tot``, ``tot:beam=3,depth=4``, ``mcts:iterations=8``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,15 @@ from opsagent.strategies.base import (
     reflect,
 )
 from opsagent.strategies.hybrid import Hybrid
+from opsagent.strategies.mcts import LanguageAgentTreeSearch
+from opsagent.strategies.plan import PlanAndExecute
 from opsagent.strategies.react import GreedyReact
+from opsagent.strategies.reflexion import Reflexion
+from opsagent.strategies.tot import TreeOfThoughts
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Hybrid, GreedyReact)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (Hybrid, GreedyReact, TreeOfThoughts, PlanAndExecute, LanguageAgentTreeSearch, Reflexion)
+}
 
 
 def strategy(spec: str) -> Strategy:
@@ -55,10 +65,14 @@ __all__ = [
     "AsyncReasoner",
     "GreedyReact",
     "Hybrid",
+    "LanguageAgentTreeSearch",
     "Options",
     "Outcome",
+    "PlanAndExecute",
     "Recall",
+    "Reflexion",
     "Strategy",
+    "TreeOfThoughts",
     "no_lessons",
     "propose",
     "reflect",
