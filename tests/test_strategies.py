@@ -22,6 +22,7 @@ from opsagent.loop import Budget
 from opsagent.models import Hypothesis, Incident, Observation, Report, Step, Symptom
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
+from opsagent.report import to_markdown
 from opsagent.strategies import STRATEGIES, strategy
 from opsagent.strategies.mcts import Node, backpropagate, select, uct
 from opsagent.strategies.plan import Plan, objective_digest
@@ -209,6 +210,8 @@ def test_plan_re_plans_when_an_observation_contradicts_it_and_the_report_has_eve
     assert replan.observation_id in refuting  # the observation that contradicted the plan is cited
     assert all(i.hypothesis_id != "db-pool-exhaustion@order-service" for i in replan.items)
     assert plan[-1].reason.startswith("the objective is answered")
+    markdown = to_markdown(report)
+    assert "## Plan" in markdown and replan.reason in markdown and f"`{replan.observation_id}`" in markdown
     assert (report.root_cause.component, report.root_cause.kind) == ("order-service", "config_change")  # type: ignore[union-attr]
 
 

@@ -233,7 +233,8 @@ def _surprise(
         r, h = c.result, c.hypothesis
         if r is not None and r.verdict.status in ("confirmed", "probable"):
             return (
-                f"{h.kind} on {h.component} is {r.verdict.status}: only what lies beneath it stays",
+                f"{h.kind} on {h.component} is {r.verdict.status}: the plan keeps the rivals the evidence "
+                "supports and what lies beneath it",
                 c.last_observation,
             )
         if r is not None and r.verdict.status == "refuted":
