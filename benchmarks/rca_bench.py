@@ -1,20 +1,29 @@
 """Root-cause accuracy on every data set we have, under each strategy, in one table.
 
     python benchmarks/rca_bench.py [--shared ../shared/datasets] [--sets corpus,petshop,nezha-tt,...]
-                                   [--strategies hybrid,react] [--ablate] [--no-signals-table]
+                                   [--strategies hybrid,react|all] [--no-llm] [--ablate] [--no-signals-table]
 
 Sets: ``corpus`` (the recorded incidents in fixtures/incidents, written by this team), ``petshop``
 (PetShop's 48 test issues, converted into a temporary directory), and the real incidents of
 ``rca-dev`` (``nezha-tt``, ``nezha-ob``, ``changerca``; see ../shared/datasets/README.md). Every
-investigation is the playbook reasoner on the replay sources, no servers.
+investigation is the playbook reasoner on the replay sources, no servers; ``--strategies all`` is
+every strategy of opsagent/strategies (hybrid, react, tot, plan, mcts, reflexion), with their default
+options (a strategy may be given with options: ``tot:beam=3``).
 
 Columns, per set and strategy: AC@1 and AC@3 (the true service among the first k suspects), Avg@5,
 kind (the top suspect's fault kind is the true one, where the data set names one), precision of
 confirmed and of probable verdicts (their root-cause service is the true one; n in brackets), mean
-tool calls, mean estimated
-tokens, p50 and max wall time of an investigation (loading the fixture excluded), and the best
-published figure on the same data. Then the same without the recordings' ``signals:`` blocks (what
-a user who never mapped their metric names gets), a table of confidence against accuracy, and with
+tool calls, mean estimated tokens (observations and reasoner text, opsagent/tokens.py), mean model
+calls of the same investigations with the LLM reasoner and the scripted model that ships in the
+package (``follow_hints``: it measures the machinery, not a model's judgement; ``--no-llm`` skips
+that pass), how many investigations stayed within their budgets (steps per hypothesis, tokens, wall
+clock; the loop checks the budget before each call, so the calls in flight when it is crossed may
+overrun it by their observations), the largest token count as a share of the token budget (max), p50
+and max wall time of an investigation (loading the fixture excluded), and the best
+published figure on the same data. With more than one strategy: the seeds' cost model (model calls
+per task, from the options used) beside the measured calls, and hybrid's tokens against tot's (the
+seeds claim about a quarter). Then the same without the recordings' ``signals:`` blocks (what a user
+who never mapped their metric names gets), a table of confidence against accuracy, and with
 ``--ablate`` the AC@1 of hybrid with each localisation rule of opsagent/ranking.py switched off.
 """
 
@@ -36,13 +45,19 @@ sys.path.insert(0, str(ROOT))
 
 from opsagent import ranking  # noqa: E402
 from opsagent.fixtures import Recording, Truth, load  # noqa: E402
+from opsagent.llm import ChatClient, FunctionModel, LLMReasoner, follow_hints  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
+from opsagent.loop import Budget  # noqa: E402
 from opsagent.models import Report  # noqa: E402
 from opsagent.pipeline import investigate_recording, load_default_playbooks  # noqa: E402
 from opsagent.playbooks import Playbook  # noqa: E402
+from opsagent.reasoner import Reasoner  # noqa: E402
 from opsagent.scoreboard import IncidentScore, score  # noqa: E402
+from opsagent.settings import LLMSettings  # noqa: E402
+from opsagent.strategies import STRATEGIES, strategy  # noqa: E402
 
 RCA_DEV = ("nezha-tt", "nezha-ob", "changerca")
+STARTED = time.perf_counter()
 ALL_SETS = ("corpus", "petshop", *RCA_DEV)
 
 #: The best published service-level figure on the same data (top-1), and where it comes from.
@@ -67,6 +82,14 @@ class Run:
     report: Report
     score: IncidentScore
     wall_ms: float
+    model_calls: int | None = None  # the same investigation with the LLM reasoner and the scripted model
+
+
+def scripted_reasoner(books: Sequence[Playbook]) -> Reasoner:
+    """The LLM reasoner over the real HTTP client, answered by the scripted model that ships in the package."""
+    settings = LLMSettings(model="follow-hints", mode="tools")
+    client = ChatClient.from_settings(settings, transport=FunctionModel(follow_hints).transport())
+    return LLMReasoner(client=client, playbooks=books, settings=settings)
 
 
 def _petshop_module():  # type: ignore[no-untyped-def]
@@ -100,17 +123,42 @@ def load_set(name: str, shared: Path, tmp: Path) -> list[Case]:
 
 
 async def run_set(
-    cases: Sequence[Case], *, strategy: str, books: Sequence[Playbook], use_signals: bool = True
+    cases: Sequence[Case], *, spec: str, books: Sequence[Playbook], use_signals: bool = True, llm: bool = False
 ) -> list[Run]:
     runs = []
     for case in cases:
         started = time.perf_counter()
         report = await investigate_recording(
-            case.recording, playbooks=books, strategy_name=strategy, use_signals=use_signals
+            case.recording, playbooks=books, strategy_name=spec, use_signals=use_signals
         )
         wall = (time.perf_counter() - started) * 1000
-        runs.append(Run(case, report, score(case.recording.slug, report, case.truth), wall))
+        calls = None
+        if llm:
+            modelled = await investigate_recording(
+                case.recording,
+                reasoner=scripted_reasoner(books),
+                strategy_name=spec,
+                use_signals=use_signals,
+            )
+            calls = modelled.llm.usage.calls if modelled.llm is not None else 0
+        scored = score(case.recording.slug, report, case.truth)
+        kept = report.model_copy(update={"observations": []})  # every figure here is read without them
+        runs.append(Run(case, kept, scored, wall, calls))
     return runs
+
+
+def within_budget(report: Report, budget: Budget) -> bool:
+    """Steps per hypothesis, tokens and wall clock at most what the budget allows."""
+    return (
+        all(len(r.steps) <= budget.max_steps for r in report.results)
+        and report.cost.tokens <= budget.token_budget
+        and report.cost.wall_ms <= budget.wall_s * 1000
+    )
+
+
+def search_tokens(report: Report) -> int:
+    """The tokens of the search itself: every hypothesis' steps (triage and react's opening reads excluded)."""
+    return sum(s.tokens for r in report.results for s in r.steps)
 
 
 def ac(runs: Sequence[Run], k: int) -> float:
@@ -125,25 +173,99 @@ def precision(runs: Sequence[Run], status: str) -> str:
     return f"{right / len(chosen):.2f}({len(chosen):>2})"
 
 
-def row(name: str, strategy: str, runs: Sequence[Run], published: str) -> str:
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def row(name: str, label: str, runs: Sequence[Run], published: str) -> str:
     n = len(runs)
     kinds = [r.score.kind_hit for r in runs if r.case.truth.kind != "unknown"]
     kind = f"{sum(kinds) / len(kinds):>5.3f}" if kinds else "    -"
     avg5 = sum(ac(runs, k) for k in range(1, 6)) / 5
-    calls = sum(r.report.cost.tool_calls for r in runs) / n
-    tokens = sum(r.report.cost.tokens for r in runs) / n
+    calls = mean([r.report.cost.tool_calls for r in runs])
+    tokens = mean([r.report.cost.tokens for r in runs])
+    modelled = [r.model_calls for r in runs if r.model_calls is not None]
+    llm = f"{mean(modelled):>5.1f}" if modelled else "    -"
+    budget = Budget()
+    kept = sum(within_budget(r.report, budget) for r in runs)
+    most = max(r.report.cost.tokens for r in runs) / budget.token_budget
     walls = [r.wall_ms for r in runs]
     return (
-        f"{name:<10} {strategy:<7} {n:>3} {ac(runs, 1):>5.3f} {ac(runs, 3):>5.3f} {avg5:>5.3f} {kind} "
+        f"{name:<10} {label:<9} {n:>3} {ac(runs, 1):>5.3f} {ac(runs, 3):>5.3f} {avg5:>5.3f} {kind} "
         f"{precision(runs, 'confirmed'):>8} {precision(runs, 'probable'):>8} {calls:>5.1f} {tokens:>6.0f} "
-        f"{median(walls):>6.0f} {max(walls):>6.0f}  {published}"
+        f"{llm} {f'{kept}/{n}':>7} {most:>5.2f} {median(walls):>6.0f} {max(walls):>6.0f}  {published}"
     )
 
 
 HEADER = (
-    f"{'set':<10} {'strat':<7} {'n':>3} {'AC@1':>5} {'AC@3':>5} {'Avg@5':>5} {'kind':>5} {'P(conf)':>8} "
-    f"{'P(prob)':>8} {'calls':>5} {'tokens':>6} {'p50ms':>6} {'maxms':>6}  published (top-1 / top-3)"
+    f"{'set':<10} {'strategy':<9} {'n':>3} {'AC@1':>5} {'AC@3':>5} {'Avg@5':>5} {'kind':>5} {'P(conf)':>8} "
+    f"{'P(prob)':>8} {'calls':>5} {'tokens':>6} {'llm':>5} {'budget':>7} {'max':>5} {'p50ms':>6} {'maxms':>6}  "
+    "published (top-1 / top-3)"
 )
+
+
+def cost_model(name: str, budget: Budget) -> tuple[str, int]:
+    """The seeds' model of model calls per task for a strategy, from its options and the budget: ReAct
+    O(n), Reflexion O(n*k), ToT O(b*d*w); hybrid is k proposals and b ReAct runs; plan and mcts follow
+    the same counting (the seeds give no figure for them)."""
+    chosen = strategy(name)
+    o = chosen.options.model_dump()
+    n, k, b = budget.max_steps, budget.k, budget.beam
+    if chosen.name == "react":
+        return f"n = {n}", n
+    if chosen.name == "hybrid":
+        return f"k + b*n = {k} + {b}*{n}", k + b * n
+    if chosen.name == "tot":
+        w, d, bb = o["breadth"] or k, o["depth"] or n, o["beam"] or b
+        return f"b*d*w = {bb}*{d}*{w}", bb * d * w
+    if chosen.name == "reflexion":
+        return f"n*K = {n}*{o['attempts']}", n * o["attempts"]
+    if chosen.name == "plan":
+        width = o["width"] or b
+        return f"1 + w*n + r = 1 + {width}*{n} + {o['replans']}", 1 + width * n + o["replans"]
+    if chosen.name == "mcts":
+        i, r = o["iterations"], o["rollout"]
+        return f"k + I*(r+1) = {k} + {i}*({r}+1)", k + i * (r + 1)
+    return "-", 0
+
+
+def cost_table(by_strategy: dict[str, list[Run]]) -> list[str]:
+    budget = Budget()
+    lines = [
+        f"{'strategy':<12} {'seeds cost model (calls per task)':<36} {'model':>5} {'llm calls':>9} "
+        f"{'steps':>6} {'calls':>6} {'tokens':>7}",
+    ]
+    for name, runs in by_strategy.items():
+        formula, calls = cost_model(name, budget)
+        modelled = [r.model_calls for r in runs if r.model_calls is not None]
+        llm = f"{mean(modelled):>9.1f}" if modelled else f"{'-':>9}"
+        lines.append(
+            f"{name:<12} {formula:<36} {calls:>5} {llm} {mean([r.report.cost.steps for r in runs]):>6.1f} "
+            f"{mean([r.report.cost.tool_calls for r in runs]):>6.1f} {mean([r.report.cost.tokens for r in runs]):>7.0f}"
+        )
+    return lines
+
+
+def tot_ratio(per_set: dict[str, dict[str, list[Run]]]) -> list[str]:
+    """hybrid tokens / tot tokens per set (the seeds: about 1/4), and the AC@1 each gets."""
+    lines = [
+        f"{'set':<10} {'hybrid tok':>10} {'tot tok':>8} {'ratio':>6} {'search ratio':>12} "
+        f"{'hybrid AC@1':>11} {'tot AC@1':>8} {'gap':>6}  target (ratio <= 0.30, gap <= 0.03)"
+    ]
+    for name, runs in per_set.items():
+        if "hybrid" not in runs or "tot" not in runs:
+            continue
+        h, t = runs["hybrid"], runs["tot"]
+        ht, tt = mean([r.report.cost.tokens for r in h]), mean([r.report.cost.tokens for r in t])
+        hs, ts = mean([search_tokens(r.report) for r in h]), mean([search_tokens(r.report) for r in t])
+        gap = ac(h, 1) - ac(t, 1)
+        met = "met" if tt and ht / tt <= 0.30 and abs(gap) <= 0.03 else "not met"
+        lines.append(
+            f"{name:<10} {ht:>10.0f} {tt:>8.0f} {ht / tt if tt else 0:>6.2f} {hs / ts if ts else 0:>12.2f} "
+            f"{ac(h, 1):>11.3f} {ac(t, 1):>8.3f} {gap:>+6.3f}  {met}"
+        )
+    return lines
+
 
 #: Confidence bins of the calibration table (the report's printed confidence).
 BINS = ((0.0, 0.0), (0.01, 0.5), (0.51, 0.65), (0.66, 0.8), (0.81, 1.0))
@@ -167,7 +289,9 @@ async def main(args: argparse.Namespace) -> None:
     configure(level="error")
     books = load_default_playbooks()
     sets = [s for s in args.sets.split(",") if s]
-    strategies = [s for s in args.strategies.split(",") if s]
+    strategies = list(STRATEGIES) if args.strategies == "all" else [s for s in args.strategies.split(",") if s]
+    for name in strategies:
+        strategy(name)  # a bad name or option fails before anything runs
     with tempfile.TemporaryDirectory(prefix="rca-bench-") as tmp:
         loaded = {}
         for name in sets:
@@ -178,13 +302,15 @@ async def main(args: argparse.Namespace) -> None:
         print(HEADER)
         print("-" * len(HEADER))
         everything: list[Run] = []
+        per_set: dict[str, dict[str, list[Run]]] = {}
         for name, cases in loaded.items():
-            for strategy in strategies:
-                runs = await run_set(cases, strategy=strategy, books=books)
-                print(row(name, strategy, runs, PUBLISHED[name] if strategy == strategies[0] else ""), flush=True)
-                if strategy == "hybrid":
+            for chosen in strategies:
+                runs = await run_set(cases, spec=chosen, books=books, llm=not args.no_llm)
+                per_set.setdefault(name, {})[chosen] = runs
+                print(row(name, chosen, runs, PUBLISHED[name] if chosen == strategies[0] else ""), flush=True)
+                if chosen == "hybrid":
                     everything.extend(runs)
-                if args.misses and strategy == "hybrid":
+                if args.misses and chosen == "hybrid":
                     for r in runs:
                         if not r.score.hit1:
                             top = ", ".join(f"{c}/{k}" for c, k in r.score.top)
@@ -192,6 +318,14 @@ async def main(args: argparse.Namespace) -> None:
                                 f"    miss {r.case.recording.slug}: truth {r.case.truth.service}, rank "
                                 f"{r.score.rank}, {r.report.status}; top {top}"
                             )
+        if len(strategies) > 1:
+            by_strategy = {c: [r for runs in per_set.values() for r in runs[c]] for c in strategies}
+            print("\nthe seeds' cost model beside what was measured (means per investigation, all sets):")
+            print("\n".join(cost_table(by_strategy)))
+            ratio = tot_ratio(per_set)
+            if len(ratio) > 1:
+                print("\nhybrid tokens / tot tokens (the seeds: ~1/4; search ratio: hypotheses' steps only):")
+                print("\n".join(ratio))
         if everything:
             conf = [r for r in everything if r.report.status == "confirmed"]
             right = sum(
@@ -210,27 +344,32 @@ async def main(args: argparse.Namespace) -> None:
             for name, cases in loaded.items():
                 if not any(c.recording.signals for c in cases):
                     continue
-                for strategy in strategies:
-                    runs = await run_set(cases, strategy=strategy, books=books, use_signals=False)
-                    print(row(name, strategy, runs, ""), flush=True)
+                for chosen in strategies:
+                    runs = await run_set(cases, spec=chosen, books=books, use_signals=False)
+                    print(row(name, chosen, runs, ""), flush=True)
         if args.ablate:
             print("\nhybrid AC@1 with one localisation rule switched off (opsagent/ranking.py RULES):")
             names = list(loaded)
             print(f"{'rule':<22} " + " ".join(f"{n:>10}" for n in names))
-            base = {n: ac(await run_set(loaded[n], strategy="hybrid", books=books), 1) for n in names}
+            base = {n: ac(await run_set(loaded[n], spec="hybrid", books=books), 1) for n in names}
             print(f"{'(all rules on)':<22} " + " ".join(f"{base[n]:>10.3f}" for n in names))
             for rule in ranking.RULES:
                 with ranking.without(rule):
-                    cells = [ac(await run_set(loaded[n], strategy="hybrid", books=books), 1) for n in names]
+                    cells = [ac(await run_set(loaded[n], spec="hybrid", books=books), 1) for n in names]
                 print(f"{rule:<22} " + " ".join(f"{c:>10.3f}" for c in cells), flush=True)
-    print(f"\n{time.strftime('%Y-%m-%d')}, playbook reasoner, replay sources, one run each")
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}, playbook reasoner, replay sources, one run each"
+        + ("" if args.no_llm else "; llm: the LLM reasoner with the packaged scripted model (follow_hints)")
+        + f"; {time.perf_counter() - STARTED:.0f} s"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "datasets")
     parser.add_argument("--sets", default=",".join(ALL_SETS))
-    parser.add_argument("--strategies", default="hybrid,react")
+    parser.add_argument("--strategies", default="hybrid,react", help="comma-separated, or all")
+    parser.add_argument("--no-llm", action="store_true", help="skip the pass with the LLM reasoner (llm column)")
     parser.add_argument("--ablate", action="store_true", help="AC@1 with each ranking rule switched off")
     parser.add_argument("--no-signals-table", action="store_true")
     parser.add_argument("--misses", action="store_true", help="list hybrid's misses at top-1")

@@ -16,8 +16,8 @@ import structlog
 
 from opsagent.judge import definitive, judge
 from opsagent.models import Hypothesis, HypothesisResult, Incident, SourceKind, Step
-from opsagent.observations import estimate_tokens
 from opsagent.reasoner import Reasoner
+from opsagent.tokens import estimate_tokens
 from opsagent.tools import Toolbox
 
 log = structlog.get_logger("opsagent.loop")

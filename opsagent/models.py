@@ -587,6 +587,31 @@ class TimelineEvent(Frozen):
     observation_id: str | None = None
 
 
+class PlanItem(Frozen):
+    """One hypothesis of a plan, in the order the plan checks them."""
+
+    hypothesis_id: str
+    component: str
+    kind: str
+    next_call: str | None = Field(description="the call its reasoner makes next for it; None when it has none left")
+    steps_taken: int = 0
+    expects: list[str] = Field(default_factory=list, description="what the plan assumes the checks will show")
+
+
+class PlanRevision(Frozen):
+    """A plan of checks across hypotheses (``plan``), as made up front or re-made on a surprise. The
+    objective it serves is the investigation's incident, locked: ``objective`` is its digest, the same in
+    every revision."""
+
+    index: int = Field(description="0 for the plan made up front, then each re-plan in turn")
+    reason: str = Field(description="why it was made: up front, or the surprise that contradicted the plan")
+    observation_id: str | None = Field(default=None, description="the observation that contradicted the plan")
+    objective: str = Field(description="digest of the incident the plan answers")
+    items: list[PlanItem]
+    dropped: list[str] = Field(default_factory=list, description="hypotheses taken out of the plan, with why")
+    added: list[str] = Field(default_factory=list, description="hypotheses the re-plan brought in")
+
+
 class Cost(BaseModel):
     steps: int = 0
     tool_calls: int = 0
@@ -678,6 +703,9 @@ class Report(BaseModel):
     cost: Cost
     observations: list[Observation] = Field(default_factory=list)
     llm: ModelRecord | None = Field(default=None, description="the model's prompts, replies and cost")
+    plan: list[PlanRevision] = Field(
+        default_factory=list, description="the plan of checks and every re-plan (strategy plan); empty otherwise"
+    )
 
     @property
     def refuted(self) -> list[HypothesisResult]:

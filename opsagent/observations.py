@@ -1,12 +1,13 @@
 """How an observation reads: compact text for a reasoner's context and a human's eyes.
 
-The text is what token budgets count (4 characters a token, the usual estimate). Renderers are
+The text is what token budgets count (:func:`opsagent.tokens.estimate_tokens`). Renderers are
 plain functions, one per observation type, and never truncate a line mid-way: they choose what to
 show, highest information first.
 """
 
 from __future__ import annotations
 
+from opsagent.logsummary.render import render
 from opsagent.models import (
     ChangesData,
     ErrorData,
@@ -18,10 +19,6 @@ from opsagent.models import (
     TracesData,
     VersionsData,
 )
-
-
-def estimate_tokens(text: str) -> int:
-    return max(1, (len(text) + 3) // 4)
 
 
 def fmt(value: float | None, unit: str | None = None) -> str:
@@ -77,9 +74,6 @@ def _metrics(d: MetricsData) -> str:
 
 
 def _logs(d: LogsData) -> str:
-    # imported here: the renderer measures its budget with estimate_tokens, defined above
-    from opsagent.logsummary.render import render
-
     return render(d)
 
 

@@ -151,14 +151,31 @@ async def investigate(
     )
     stamp = now or datetime.now(UTC)
     written = [
-        lesson for r in outcome.results if (lesson := await reflect(reasoner, incident, r, stamp, toolbox.observations))
+        lesson
+        for r in outcome.results
+        if (lesson := await _lesson(reasoner, incident, r, stamp, outcome, toolbox.observations))
     ]
-    report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.name, lessons=written)
+    report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.label, lessons=written)
     if isinstance(reasoner, PerInvestigation):
         report = report.model_copy(update={"llm": reasoner.transcript()})
     report = scrub_model(report)  # the alert's own text too: no report carries a secret
     log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
     return report
+
+
+async def _lesson(
+    reasoner: Reasoner,
+    incident: Incident,
+    result: HypothesisResult,
+    now: datetime,
+    outcome: Outcome,
+    observations: Mapping[str, Observation],
+) -> Lesson | None:
+    """What a result teaches; a strategy that reflected while it searched has already asked."""
+    if result.hypothesis.id in outcome.reflected:
+        lesson = outcome.reflected[result.hypothesis.id]
+        return lesson.model_copy(update={"created_at": now}) if lesson is not None else None
+    return await reflect(reasoner, incident, result, now, observations)
 
 
 # ---------------------------------------------------------------- conclusion
@@ -233,6 +250,7 @@ def conclude(
         next_steps=next_steps(top, winner, outcome, ranked),
         cost=cost,
         observations=sorted(toolbox.observations.values(), key=lambda o: o.id),
+        plan=outcome.plan,
     )
 
 

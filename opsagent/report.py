@@ -105,6 +105,7 @@ def to_markdown(report: Report) -> str:
             for le in report.lessons
         ]
         lines.append("")
+    lines += plan_lines(report)
     if report.next_steps:
         lines += ["## Next steps", ""] + [f"- {s}" for s in report.next_steps] + [""]
     model = model_summary(report)
@@ -118,6 +119,22 @@ def to_markdown(report: Report) -> str:
         f"~{c.tokens} tokens, {c.wall_ms:.0f} ms_"
     )
     return "\n".join(lines) + "\n"
+
+
+def plan_lines(report: Report) -> list[str]:
+    """The plan (strategy ``plan``) and every re-plan, in Markdown; nothing for the other strategies."""
+    if not report.plan:
+        return []
+    lines = ["## Plan", "", f"objective `{report.plan[0].objective}` (the incident; the same in every revision)", ""]
+    for rev in report.plan:
+        cited = f" (`{rev.observation_id}`)" if rev.observation_id else ""
+        lines.append(f"{rev.index}. {rev.reason}{cited}")
+        lines += [f"   - out: {d}" for d in rev.dropped] + [f"   - in: {a}" for a in rev.added]
+        lines += [
+            f"   - {i.kind} on {i.component}: next `{i.next_call or 'none'}`, {i.steps_taken} checked"
+            for i in rev.items
+        ]
+    return [*lines, ""]
 
 
 def render(report: Report, console: Console) -> None:

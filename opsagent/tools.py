@@ -38,9 +38,10 @@ from opsagent.models import (
     ObservationData,
     SourceKind,
 )
-from opsagent.observations import describe, estimate_tokens
+from opsagent.observations import describe
 from opsagent.redaction import scrub_model
 from opsagent.sources import ChangesSource, KubernetesSource, LogsSource, MetricsSource, Sources, TracesSource
+from opsagent.tokens import estimate_tokens
 
 log = structlog.get_logger("opsagent.tools")
 T = TypeVar("T")

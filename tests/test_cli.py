@@ -28,9 +28,9 @@ def test_investigate_renders_for_a_terminal_and_writes_markdown(tmp_path: Path) 
 
 
 def test_unknown_strategy_is_a_clear_error() -> None:
-    result = runner.invoke(app, ["investigate", str(ORDER_INCIDENT), "--strategy", "mcts"])
+    result = runner.invoke(app, ["investigate", str(ORDER_INCIDENT), "--strategy", "beam-me-up"])
     assert result.exit_code == 2
-    assert "unknown strategy 'mcts'" in result.output and "hybrid" in result.output
+    assert "unknown strategy 'beam-me-up'" in result.output and "hybrid" in result.output
     assert "Traceback" not in result.output
 
 

@@ -19,7 +19,7 @@ from opsagent.logsummary import (
     render,
 )
 from opsagent.models import LogsData, TimeRange
-from opsagent.observations import estimate_tokens
+from opsagent.tokens import estimate_tokens
 
 T0 = datetime(2026, 3, 17, 13, 0, tzinfo=UTC)
 BASELINE = TimeRange(start=T0, end=T0 + timedelta(minutes=50))

@@ -27,10 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from opsagent.llm.errors import ModelConfigError, ModelRejected, ModelUnavailable
 from opsagent.models import PromptMessage, PromptToolCall
-from opsagent.observations import estimate_tokens
 from opsagent.redaction import Redactor, redact_messages, redactors
 from opsagent.retrying import RETRYABLE_STATUS, GaveUp, Retryable, RetryPolicy, retry_after, with_retries
 from opsagent.settings import LLMSettings, ModelPrice
+from opsagent.tokens import estimate_tokens
 
 log = structlog.get_logger("opsagent.llm")
 

@@ -18,6 +18,7 @@ from opsagent.llm.client import ToolSchema, wire_message
 from opsagent.llm.prompts import Prompts
 from opsagent.llm.views import observation_block
 from opsagent.models import Observation, PromptMessage
+from opsagent.tokens import CONSERVATIVE, estimate_tokens
 
 
 @dataclass
@@ -52,9 +53,9 @@ class Thread:
 
 
 def prompt_tokens(messages: Sequence[PromptMessage], tools: Sequence[ToolSchema] = ()) -> int:
-    """A conservative estimate of what the server will count (3 characters a token, JSON included)."""
+    """What the server will count, estimated so as not to fall short (JSON included)."""
     text = json.dumps([wire_message(m) for m in messages]) + (json.dumps(list(tools)) if tools else "")
-    return (len(text) + 2) // 3
+    return estimate_tokens(text, chars_per_token=CONSERVATIVE)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import httpx
 from opsagent.llm.parsing import parse_action, parse_text
 from opsagent.llm.toolschema import CITE, FINAL, function_name, resolve
 from opsagent.models import Action, PromptMessage, PromptToolCall
-from opsagent.observations import estimate_tokens
+from opsagent.tokens import estimate_tokens
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 
 from opsagent.lessons import Retrieved
 from opsagent.models import Hypothesis, Incident, LogsData, Observation
-from opsagent.observations import estimate_tokens
 from opsagent.playbooks import Playbook, fill, placeholder_values
 from opsagent.reasoner import action_of
+from opsagent.tokens import chars_for, estimate_tokens
 from opsagent.triage import Triage
 
 
@@ -46,7 +46,7 @@ def capped(text: str, max_tokens: int) -> str:
             out.append(f"… {left} more line(s) not shown (narrow the call, e.g. by service or text, to see them)")
             break
         if used + cost > max_tokens:  # a single line longer than the cap: cut it, say so
-            out.append(line[: max_tokens * 4] + " … (line cut)")
+            out.append(line[: chars_for(max_tokens)] + " … (line cut)")
             if len(lines) > 1:
                 out.append(f"… {len(lines) - 1} more line(s) not shown")
             break

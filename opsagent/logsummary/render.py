@@ -6,7 +6,7 @@ each warning template; the keyword families; the values and a whole example line
 templates; one line for each remaining template; what vanished; the rate histogram; the first and
 last lines that matter. What is chosen is then printed in a fixed layout, every template line led by
 its citable id (``[t1a2b3c4d]``). A line is shown whole or not at all; the text never exceeds the
-budget as :func:`opsagent.observations.estimate_tokens` counts it, and it ends by saying how much
+budget as :func:`opsagent.tokens.estimate_tokens` counts it, and it ends by saying how much
 was left out.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from opsagent.logsummary.summary import MAX_VALUES
 from opsagent.models import LogsData, LogTemplate
-from opsagent.observations import estimate_tokens
+from opsagent.tokens import estimate_tokens
 
 DEFAULT_BUDGET_TOKENS = 600
 #: Templates that get their values and a whole example line, when the budget allows.
