@@ -267,7 +267,27 @@ class LogsData(Frozen):
     oddities: dict[str, int] = Field(default_factory=dict, description="malformed or unusual input, by kind")
 
 
+class RolloutStep(BaseModel):
+    """One step of a rollout (a canary's weight raised, a batch of pods replaced): when it completed
+    and what it left running. Extra fields a feed sends are kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    ts: AwareDatetime = Field(description="when the step completed")
+    id: str | None = Field(default=None, description="the step's own change id, where a feed records steps as changes")
+    index: int | None = Field(default=None, ge=0, description="its number in the rollout's plan (1 = the first)")
+    weight: float | None = Field(
+        default=None, ge=0, le=100, description="share of the pods or traffic on the new version after it, percent"
+    )
+    pods: list[str] = Field(default_factory=list, description="pods of the new version it started")
+    summary: str | None = None
+
+
 class ChangeRecord(Frozen):
+    """A change in an investigation's range. A rollout carries its steps and the pods of each
+    version where the source gives them; steps a feed records as changes of their own are folded
+    into the rollout they belong to (:func:`opsagent.analysis.changes.change_records`)."""
+
     id: str
     ts: AwareDatetime
     end: AwareDatetime | None = None
@@ -279,11 +299,20 @@ class ChangeRecord(Frozen):
     author: str | None = None
     diff: str | None = None
     minutes_before_onset: float
+    steps: list[RolloutStep] = Field(default_factory=list, description="the rollout's steps, in time order")
+    pods: dict[str, list[str]] = Field(default_factory=dict, description="version -> the pods running it")
+    notes: list[str] = Field(default_factory=list, description="what the record leaves unknown (no end, missing steps)")
+
+    @property
+    def ids(self) -> list[str]:
+        """The change's id and its steps' ids: every name the change goes by."""
+        return [self.id, *(s.id for s in self.steps if s.id)]
 
 
 class ChangesData(Frozen):
     type: Literal["changes"] = "changes"
     changes: list[ChangeRecord]
+    notes: list[str] = Field(default_factory=list, description="records left out, and why (two with one id)")
 
 
 class ServiceSpanStats(Frozen):

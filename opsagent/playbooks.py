@@ -22,6 +22,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opsagent import kubestate
+from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import SLOW_LINKS_SHARE, Links, links_of
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
@@ -601,11 +602,15 @@ def qualifying_changes(exp: Expectation, obs: Observation, ctx: Context) -> list
     if not isinstance(obs.data, ChangesData):
         return None
     out = []
+    onset = ctx.incident.onset
     for c in obs.data.changes:
         if c.service != ctx.service or c.kind not in exp.kinds:
             continue
-        in_progress = c.end is not None and c.end >= ctx.incident.onset
-        if 0 <= c.minutes_before_onset <= exp.within_min or (c.minutes_before_onset >= 0 and in_progress):
+        moved = last_move_before(c, onset)  # its start, or the last of its steps, before onset
+        if moved is None:
+            continue  # it began after the symptom did
+        in_progress = c.end is not None and c.end >= onset
+        if (onset - moved[1]).total_seconds() / 60 <= exp.within_min or in_progress:
             out.append(c)
     return out
 
@@ -620,7 +625,11 @@ def diff_lines(diff: str) -> list[str]:
 def change_text(c: ChangeRecord) -> str:
     versions = f" {c.from_version} -> {c.to_version}" if c.to_version else ""
     diff = f"; diff: {' | '.join(diff_lines(c.diff)[:6])}" if c.diff else ""
-    return f"[{c.id}] {c.kind} {c.service}{versions}: {c.summary}{diff} ({c.minutes_before_onset:.0f} min before onset)"
+    steps = f"; {len(c.steps)} step(s), the last at {c.steps[-1].ts:%H:%M}" if c.steps else ""
+    return (
+        f"[{c.id}] {c.kind} {c.service}{versions}: {c.summary}{diff}{steps} "
+        f"({c.minutes_before_onset:.0f} min before onset)"
+    )
 
 
 def _change_before_onset(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
