@@ -58,11 +58,21 @@ class Frozen(BaseModel):
 
 
 class SourceKind(StrEnum):
+    """Kinds of evidence. Each but ``versions`` is a kind of data source; ``versions`` is the canary
+    comparison of a rollout's new version with its old one, read from the metrics source but its own
+    kind of evidence: a controlled comparison (same minutes, same traffic, two versions) that a
+    before/after shift of the same metrics does not repeat."""
+
     metrics = "metrics"
     logs = "logs"
     changes = "changes"
     traces = "traces"
     kubernetes = "kubernetes"
+    versions = "versions"
+
+
+#: The kinds of evidence that are kinds of data source (an environment offers them or not).
+SOURCE_KINDS: frozenset[SourceKind] = frozenset(k for k in SourceKind if k is not SourceKind.versions)
 
 
 class Symptom(StrEnum):
@@ -460,14 +470,27 @@ class VersionsData(Frozen):
 
     type: Literal["versions"] = "versions"
     service: str
+    change_id: str | None = Field(default=None, description="the rollout whose versions were compared, when known")
     new_version: str | None = None
     old_version: str | None = None
+    started: AwareDatetime | None = Field(
+        default=None, description="when the new version started: its rollout's start, else its first sample"
+    )
     since: AwareDatetime | None = Field(default=None, description="the first sample of the new version")
     new_pods: list[str] = Field(default_factory=list)
     old_pods: list[str] = Field(default_factory=list)
     comparisons: list[VersionComparison] = Field(default_factory=list)
-    verdict: Literal["worse", "no_worse", "unknown"] = "unknown"
+    verdict: Literal["worse", "no_worse", "unseen", "unknown"] = Field(
+        default="unknown",
+        description="worse or no_worse than the old version; unseen: its rollout says it runs, yet it reports nothing",
+    )
     reason: str = ""
+    notes: list[str] = Field(default_factory=list, description="what could not be compared, and why")
+
+    def worst(self) -> VersionComparison | None:
+        """The comparison that decided "worse": errors before latency, then the smallest p-value."""
+        bad = [c for c in self.comparisons if c.worse]
+        return min(bad, key=lambda c: (c.meaning != "errors", c.p_value or 1.0)) if bad else None
 
 
 ObservationData = Annotated[
@@ -609,6 +632,35 @@ class Suspect(Frozen):
     why: str
 
 
+class ChangeSuspect(Frozen):
+    """A change in flight around onset, ranked by how likely it set the incident off, and why: the
+    comparison of its new version with the old, the timing of its steps against onset, and whether
+    the alerting service reaches the changed one along the call graph."""
+
+    id: str
+    ids: list[str] = Field(description="every name the change goes by: its id and its steps' ids")
+    service: str
+    kind: str
+    from_version: str | None = None
+    to_version: str | None = None
+    started: AwareDatetime
+    ended: AwareDatetime | None = None
+    score: float
+    status: VerdictStatus | Literal["unverified"] = "unverified"
+    verdict: Literal["worse", "no_worse", "unseen", "unknown"] = Field(
+        default="unknown", description="what the comparison of its new version with the old said"
+    )
+    comparison: VersionComparison | None = Field(default=None, description="the figure that decided 'worse'")
+    step: int | None = Field(default=None, description="its last move before onset: 0 its start, k its k-th step")
+    step_at: AwareDatetime | None = None
+    minutes_before_onset: float | None = Field(
+        default=None, description="from its last move before onset to onset; None: it moved only after onset"
+    )
+    reachable: bool = Field(default=True, description="the alerting service reaches the changed one along calls")
+    why: list[str] = Field(default_factory=list)
+    observation_ids: list[str] = Field(default_factory=list, description="the observations behind it")
+
+
 class TimelineEvent(Frozen):
     ts: AwareDatetime
     what: str
@@ -704,6 +756,8 @@ class Report(BaseModel):
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
     budget_exhausted: str | None = Field(default=None, description="which budget stopped the investigation")
     next_steps: list[str] = Field(default_factory=list)
+    change: ChangeSuspect | None = Field(default=None, description="the change the verdict names, when one caused it")
+    changes: list[ChangeSuspect] = Field(default_factory=list, description="the changes in flight, most likely first")
     cost: Cost
     observations: list[Observation] = Field(default_factory=list)
     llm: ModelRecord | None = Field(default=None, description="the model's prompts, replies and cost")

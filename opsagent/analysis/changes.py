@@ -10,11 +10,20 @@ the replay and live change sources. No I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from opsagent import ranking
 from opsagent.fixtures import Change, unix
-from opsagent.models import ChangeRecord, ChangesData, Incident, RolloutStep
+from opsagent.models import (
+    ChangeRecord,
+    ChangesData,
+    ChangeSuspect,
+    Incident,
+    Observation,
+    RolloutStep,
+    VersionsData,
+)
 
 #: Kinds of change that roll a new version out (and so may come in steps).
 ROLLING = ("deploy", "rollout")
@@ -93,7 +102,7 @@ def _continues(group: list[Change], c: Change) -> bool:
     first, last = group[0], group[-1]
     if first.end is not None:
         return c.ts <= first.end
-    return c.ts - max(last.ts, *(s.ts for s in last.steps)) <= timedelta(minutes=STEP_GAP_MIN)
+    return c.ts - max([last.ts, *(s.ts for s in last.steps)]) <= timedelta(minutes=STEP_GAP_MIN)
 
 
 def _record(group: list[Change], incident: Incident) -> ChangeRecord:
@@ -154,3 +163,88 @@ def last_move_before(change: ChangeRecord, when: datetime) -> tuple[int, datetim
     """The change's last move at or before ``when``: (0 for its start, else the step's number, its time)."""
     found = [(n, ts) for n, ts in enumerate(moves(change)) if ts <= when]
     return found[-1] if found else None
+
+
+def changes_in_flight(
+    observations: Iterable[Observation],
+    *,
+    incident: Incident,
+    reachable: set[str] | None,
+    anomaly: Mapping[str, float],
+) -> list[ChangeSuspect]:
+    """Every change the observations hold, ranked (:func:`rank_changes`) with the comparisons of
+    versions the investigation made."""
+    records: dict[str, tuple[str, ChangeRecord]] = {}
+    versions: dict[str, tuple[str, VersionsData]] = {}
+    for obs in sorted(observations, key=lambda o: o.id):
+        if isinstance(obs.data, ChangesData):
+            for c in obs.data.changes:
+                known = records.get(c.id)
+                if known is None or len(c.steps) > len(known[1].steps):
+                    records[c.id] = (obs.id, c)
+        elif isinstance(obs.data, VersionsData):
+            versions.setdefault(obs.data.service, (obs.id, obs.data))
+    return rank_changes(
+        list(records.values()), incident=incident, versions=versions, reachable=reachable, anomaly=anomaly
+    )
+
+
+def rank_changes(
+    changes: Sequence[tuple[str, ChangeRecord]],
+    *,
+    incident: Incident,
+    versions: Mapping[str, tuple[str, VersionsData]],
+    reachable: set[str] | None,
+    anomaly: Mapping[str, float],
+) -> list[ChangeSuspect]:
+    """The changes (each with the observation it came from), most likely cause first: each scored by
+    the comparison of its new version with the old (``versions``: service -> (observation id, what it
+    said)), the timing of its last move before onset, whether the alerting service reaches its service
+    (``reachable``; None when no call graph is known) and how anomalous its service is (``anomaly``, 0..1)."""
+    out = []
+    for source, c in changes:
+        seen = versions.get(c.service) if c.kind in ROLLING else None
+        compared = seen[1] if seen and seen[1].change_id in (None, c.id) else None
+        verdict = compared.verdict if compared else "unknown"
+        moved = last_move_before(c, incident.onset)
+        before = None if moved is None else round((incident.onset - moved[1]).total_seconds() / 60, 1)
+        on_path = reachable is None or c.service in reachable
+        score = ranking.change_score(verdict, before, reachable=on_path, anomaly=anomaly.get(c.service, 0.0))
+        why = [_when(c, moved, before)]
+        if compared is not None and verdict != "unknown":
+            why.append(f"{compared.new_version} against {compared.old_version}: {compared.reason}")
+        elif c.kind in ROLLING:
+            why.append(compared.reason if compared else "its versions were not compared")
+        if not on_path:
+            why.append(f"the alerting service does not reach {c.service} along the call graph")
+        why.extend(c.notes)
+        out.append(
+            ChangeSuspect(
+                id=c.id,
+                ids=c.ids,
+                service=c.service,
+                kind=c.kind,
+                from_version=c.from_version,
+                to_version=c.to_version,
+                started=c.ts,
+                ended=c.end,
+                score=round(score, 4),
+                verdict=verdict,
+                comparison=compared.worst() if compared else None,
+                step=moved[0] if moved else None,
+                step_at=moved[1] if moved else None,
+                minutes_before_onset=before,
+                reachable=on_path,
+                why=why,
+                observation_ids=[source, *([seen[0]] if compared is not None and seen else [])],
+            )
+        )
+    return sorted(out, key=lambda c: (-c.score, c.minutes_before_onset or 0.0, c.id))
+
+
+def _when(c: ChangeRecord, moved: tuple[int, datetime] | None, before: float | None) -> str:
+    if moved is None or before is None:
+        return f"{c.kind} started {-c.minutes_before_onset:.0f} min after onset"
+    step, at = moved
+    what = "started" if step == 0 else f"step {step} completed"
+    return f"{c.kind} {what} at {at:%H:%M}, {before:.0f} min before onset"
