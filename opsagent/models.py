@@ -461,7 +461,10 @@ class VersionComparison(Frozen):
     old_median: float
     new_samples: int
     old_samples: int
-    p_value: float | None = Field(description="two-sided Mann-Whitney U test of the two versions' samples")
+    minutes: int = Field(default=0, description="the minutes both versions reported, which were compared")
+    p_value: float | None = Field(
+        description="two-sided Mann-Whitney U test of the two versions' samples, each minute's aligned on the old version's median"
+    )
     worse: bool = Field(description="the new version is worse the way this metric goes bad, by a margin that counts")
 
 

@@ -218,6 +218,7 @@ def rank_changes(
         if not on_path:
             why.append(f"the alerting service does not reach {c.service} along the call graph")
         why.extend(c.notes)
+        why.extend(compared.notes if compared else [])
         out.append(
             ChangeSuspect(
                 id=c.id,

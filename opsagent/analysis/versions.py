@@ -93,11 +93,12 @@ def compare_versions(
     unversioned = 0
     for s in own:
         version = version_of(s.labels) or pod_version.get(pod_of(s.labels))
-        if version is None:
-            unversioned += 1
-        else:
+        if version is not None:
             labelled.append((s, version))
-    notes = [f"{unversioned} series of {service} carry no version and no pod of a known version"] if unversioned else []
+        elif pod_of(s.labels):  # a pod's series that could not be placed (a service's aggregates cannot be)
+            unversioned += 1
+    notes = [f"{unversioned} series of pods of {service} carry no version, nor name a pod of a known one"]
+    notes = notes if unversioned else []
     change_id = rollout.id if rollout else None
     start, end = unix(incident.window.start), unix(incident.window.end)
     first_seen = {
@@ -222,25 +223,42 @@ def _pods(labelled: list[tuple[MetricSeries, str]], rollout: ChangeRecord | None
 
 
 def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, end: float) -> VersionComparison | None:
+    """One metric, new version against old, over the minutes both report. Each minute's values are
+    aligned on the old version's median that minute before they are ranked (aligned ranks, after
+    Hodges and Lehmann, with the old version as each minute's control): a shift every pod makes at
+    once (the incident itself, a daily peak) is the minute's, not a version's, and a rollout that
+    replaces old pods with new ones over time would otherwise compare early minutes with late ones."""
     new_series = sides.get("new", [])
-    new_points = [(t, v) for s in new_series for t, v in s.samples if since <= t <= end]
-    old_points = [
-        (t, v)
-        for s in sides.get("old", [])
-        for t, v in s.samples
-        if since <= t <= end and not any(_carries(s, n, t) for n in new_series)
-    ]
-    if len(new_points) < MIN_SAMPLES or len(old_points) < MIN_SAMPLES:
+    new_at: dict[int, list[float]] = defaultdict(list)
+    old_at: dict[int, list[float]] = defaultdict(list)
+    for s in new_series:
+        for t, v in s.samples:
+            if since <= t <= end:
+                new_at[_minute(t)].append(v)
+    for s in sides.get("old", []):
+        for t, v in s.samples:
+            if since <= t <= end and not any(_carries(s, n, t) for n in new_series):
+                old_at[_minute(t)].append(v)
+    minutes = sorted(set(new_at) & set(old_at))
+    a = [v for m in minutes for v in new_at[m]]
+    b = [v for m in minutes for v in old_at[m]]
+    if len(minutes) < MIN_SAMPLES or len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
         return None
-    a, b = [v for _, v in new_points], [v for _, v in old_points]
-    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue) if len(set(a) | set(b)) > 1 else 1.0
+    centre = {m: median(old_at[m]) for m in minutes}
+    aligned_a = [v - centre[m] for m in minutes for v in new_at[m]]
+    aligned_b = [v - centre[m] for m in minutes for v in old_at[m]]
+    spread = len(set(aligned_a) | set(aligned_b)) > 1
+    p = float(mannwhitneyu(aligned_a, aligned_b, alternative="two-sided").pvalue) if spread else 1.0
     new_m, old_m = median(a), median(b)
     meaning, way, unit = meaning_of(key.metric), bad_way(key.metric), unit_of(key.metric)
     floor = min_effect(SignalDef(query=key.metric, unit=unit))
-    gap = new_m - old_m if way == "up" else old_m - new_m if way == "down" else 0.0
+    # How much worse, minute by minute: the median of each minute's difference between the versions.
+    step = median(median(new_at[m]) - median(old_at[m]) for m in minutes)
+    gap = step if way == "up" else -step if way == "down" else 0.0
     worse = p < SIGNIFICANT_P and gap > 0 and gap >= floor
     if worse and meaning == "latency":
-        worse = new_m >= SLOWER_RATIO * max(old_m, floor) and gap >= FRESH_POD_MARGIN * floor
+        ratio = median(median(new_at[m]) / max(median(old_at[m]), floor, 1e-12) for m in minutes)
+        worse = ratio >= SLOWER_RATIO and gap >= FRESH_POD_MARGIN * floor
     return VersionComparison(
         metric=key.metric,
         meaning=meaning,
@@ -252,9 +270,15 @@ def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, e
         old_median=old_m,
         new_samples=len(a),
         old_samples=len(b),
+        minutes=len(minutes),
         p_value=p,
         worse=worse and meaning != "resources",
     )
+
+
+def _minute(t: float) -> int:
+    """The minute a sample belongs to: samples of one scrape land within seconds of each other."""
+    return int(t // 60)
 
 
 def _carries(old: MetricSeries, new: MetricSeries, at: float) -> bool:
