@@ -72,7 +72,7 @@ class HttpChangesReader:
 
         raw_kind = str(get(f.kind) or self.query.default_kind)
         kind = self.query.kinds.get(raw_kind, raw_kind)
-        end = get(f.end)
+        end = maybe(f.end)  # a rollout in progress has none yet
         return Change.model_validate(
             {
                 "id": str(get(f.id)),

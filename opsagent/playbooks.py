@@ -659,10 +659,13 @@ def diff_lines(diff: str) -> list[str]:
     return changed or lines
 
 
-def change_text(c: ChangeRecord) -> str:
+def change_text(c: ChangeRecord, onset: datetime | None = None) -> str:
     versions = f" {c.from_version} -> {c.to_version}" if c.to_version else ""
     diff = f"; diff: {' | '.join(diff_lines(c.diff)[:6])}" if c.diff else ""
-    steps = f"; {len(c.steps)} step(s), the last at {c.steps[-1].ts:%H:%M}" if c.steps else ""
+    steps = f"; {len(c.steps)} step(s)" if c.steps else ""
+    moved = last_move_before(c, onset) if onset is not None and c.steps else None
+    if moved is not None and moved[0] > 0:
+        steps += f", step {moved[0]} at {moved[1]:%H:%M} the last before onset"
     return (
         f"[{c.id}] {c.kind} {c.service}{versions}: {c.summary}{diff}{steps} "
         f"({c.minutes_before_onset:.0f} min before onset)"
@@ -674,7 +677,8 @@ def _change_before_onset(exp: Expectation, obs: Observation, ctx: Context) -> Ou
     if found is None:
         return _UNKNOWN
     return Outcome(
-        bool(found), change_text(found[-1]) if found else f"no {'/'.join(exp.kinds)} change to {ctx.service}"
+        bool(found),
+        change_text(found[-1], ctx.incident.onset) if found else f"no {'/'.join(exp.kinds)} change to {ctx.service}",
     )
 
 
@@ -686,7 +690,7 @@ def _no_change_before_onset(exp: Expectation, obs: Observation, ctx: Context) ->
         not found,
         f"no {'/'.join(exp.kinds)} change to {ctx.service} within {exp.within_min:.0f} min before onset"
         if not found
-        else change_text(found[-1]),
+        else change_text(found[-1], ctx.incident.onset),
     )
 
 
@@ -697,7 +701,8 @@ def _change_mentions(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     pattern = re.compile(exp.pattern or "", re.I)
     hits = [c for c in found if pattern.search(f"{c.summary}\n{c.diff or ''}")]
     return Outcome(
-        bool(hits), change_text(hits[-1]) if hits else f"no change to {ctx.service} mentions /{exp.pattern}/"
+        bool(hits),
+        change_text(hits[-1], ctx.incident.onset) if hits else f"no change to {ctx.service} mentions /{exp.pattern}/",
     )
 
 
