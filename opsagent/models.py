@@ -463,7 +463,8 @@ class VersionComparison(Frozen):
     old_samples: int
     minutes: int = Field(default=0, description="the minutes both versions reported, which were compared")
     p_value: float | None = Field(
-        description="two-sided Mann-Whitney U test of the two versions' samples, each minute's aligned on the old version's median"
+        description="two-sided Mann-Whitney U test of the two versions' samples, each minute's aligned on the "
+        "old version's median"
     )
     worse: bool = Field(description="the new version is worse the way this metric goes bad, by a margin that counts")
 
