@@ -112,3 +112,20 @@ def test_a_new_version_nobody_can_see_is_ranked_first_but_not_proven(
     assert (first.id, first.verdict) == ("roll-reco-380", "unseen")
     assert (report.suspects[0].component, report.suspects[0].kind) == ("recommendation-service", "deploy_regression")
     assert any(s.startswith("Changes to look at first: roll-reco-380") for s in report.next_steps)
+
+
+def test_the_views_show_the_changes_in_flight_and_their_ids_as_text(
+    replayed: dict[str, tuple[Report, Truth]],
+) -> None:
+    from rich.console import Console
+
+    from opsagent.report import render, to_markdown
+
+    report, _ = replayed["cart-rollout-beside-clean-search"]
+    markdown = to_markdown(report)
+    assert "## Changes in flight" in markdown
+    assert "| 1 | roll-cart-630 | cart-service | 6.2.0 -> 6.3.0 | worse |" in markdown
+    console = Console(record=True, width=200)
+    render(report, console)
+    shown = console.export_text()
+    assert "Changes in flight" in shown and "[roll-cart-630]" in shown  # an id in brackets is not markup
