@@ -67,9 +67,12 @@ class HttpChangesReader:
         def get(path: str | None) -> Any:
             return _at(item, path) if path else None
 
+        def maybe(path: str | None) -> Any:  # fields only rollouts carry
+            return _at(item, path) if path and _has(item, path) else None
+
         raw_kind = str(get(f.kind) or self.query.default_kind)
         kind = self.query.kinds.get(raw_kind, raw_kind)
-        end = get(f.end)
+        end = maybe(f.end)  # a rollout in progress has none yet
         return Change.model_validate(
             {
                 "id": str(get(f.id)),
@@ -82,8 +85,23 @@ class HttpChangesReader:
                 "from_version": _text(get(f.from_version)),
                 "to_version": _text(get(f.to_version)),
                 "diff": _text(get(f.diff)),
+                "steps": [self._step(step) for step in _listed(maybe(f.steps), f.steps)],
+                "pods": maybe(f.pods) or {},
             }
         )
+
+    def _step(self, step: Any) -> dict[str, Any]:
+        f = self.fields
+        if not isinstance(step, Mapping):
+            raise TypeError(f"a step of {f.steps} is not an object: {step!r}")
+        return {
+            "ts": _parse(_at(step, f.step_ts)),
+            "id": _text(step.get("id")),
+            "index": step.get("index"),
+            "weight": _at(step, f.step_weight) if f.step_weight and _has(step, f.step_weight) else None,
+            "pods": (_at(step, f.step_pods) if f.step_pods and _has(step, f.step_pods) else None) or [],
+            "summary": _text(step.get("summary")),
+        }
 
 
 def _at(data: Any, path: str) -> Any:
@@ -92,6 +110,22 @@ def _at(data: Any, path: str) -> Any:
             raise KeyError(path)
         data = data[part]
     return data
+
+
+def _listed(value: Any, path: str | None) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"{path} is not a list")
+    return value
+
+
+def _has(data: Mapping[str, Any], path: str) -> bool:
+    try:
+        _at(data, path)
+    except KeyError:
+        return False
+    return True
 
 
 def _text(value: Any) -> str | None:

@@ -34,13 +34,22 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import neighbours, span_times, trace_summary
-from opsagent.analysis.versions import compare_versions
+from opsagent.analysis.versions import compare_versions, pod_of
 from opsagent.calls import report_partial
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import SourceError
 from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, LogRecord, MetricSeries, SignalDef, Span, unix
 from opsagent.logsummary import SimpleSummariser, Summariser
-from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TimeRange, TracesData, VersionsData
+from opsagent.models import (
+    ChangeRecord,
+    ChangesData,
+    Incident,
+    LogsData,
+    SeriesStats,
+    TimeRange,
+    TracesData,
+    VersionsData,
+)
 from opsagent.selector import SelectorError, parse
 from opsagent.stats import ts
 
@@ -105,12 +114,18 @@ class LiveMetrics:
             peers=peers,
         )
 
-    async def versions(self, *, incident: Incident, service: str) -> VersionsData:
+    async def versions(self, *, incident: Incident, service: str, rollout: ChangeRecord | None = None) -> VersionsData:
         start, end = metrics_range(incident)
-        # Series of the service that carry a version label (pods of a rollout in progress).
-        found = await self.reader.series(query=f'{{service="{service}", version!=""}}', start=start, end=end)
-        mine = [s for s in found if component_of(s.labels, {service}) == service]
-        return compare_versions(mine, service=service, incident=incident)
+        # Series of the service that carry a version label (pods of a rollout in progress), and those
+        # of the pods the rollout names, which may carry none.
+        queries = [f'{{service="{service}", version!=""}}']
+        pods = sorted({p for names in (rollout.pods.values() if rollout else ()) for p in names})
+        if pods:
+            queries.append(f'{{pod=~"{"|".join(pods)}"}}')  # pod names are DNS labels: no quoting needed
+        answers = await asyncio.gather(*(self.reader.series(query=q, start=start, end=end) for q in queries))
+        unique = {(s.name, tuple(sorted(s.labels.items()))): s for found in answers for s in found}
+        mine = [s for s in unique.values() if component_of(s.labels, {service}) == service or pod_of(s.labels) in pods]
+        return compare_versions(mine, service=service, incident=incident, rollout=rollout)
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         start, end = metrics_range(incident)

@@ -105,6 +105,11 @@ class FeedFields(BaseModel):
     from_version: str | None = "from_version"
     to_version: str | None = "to_version"
     diff: str | None = None
+    steps: str | None = Field(default=None, description="the list of a rollout's steps within an item")
+    step_ts: str = Field(default="timestamp", description="when a step completed, within a step")
+    step_weight: str | None = Field(default="weight", description="percent on the new version after it, in a step")
+    step_pods: str | None = Field(default="pods", description="the new version's pods it started, in a step")
+    pods: str | None = Field(default=None, description="a mapping version -> its pods, within an item")
 
 
 class FeedQuery(BaseModel):

@@ -3,7 +3,8 @@
     python benchmarks/rca_bench.py [--shared ../shared/datasets] [--sets corpus,petshop,nezha-tt,...]
                                    [--strategies hybrid,react|all] [--no-llm] [--ablate] [--no-signals-table]
 
-Sets: ``corpus`` (the recorded incidents in fixtures/incidents, written by this team), ``petshop``
+Sets: ``corpus`` (the recorded incidents in fixtures/incidents, written by this team), ``rollouts``
+(those of them with two or more rollouts in flight), ``petshop``
 (PetShop's 48 test issues, converted into a temporary directory), and the real incidents of
 ``rca-dev`` (``nezha-tt``, ``nezha-ob``, ``changerca``; see ../shared/datasets/README.md). Every
 investigation is the playbook reasoner on the replay sources, no servers; ``--strategies all`` is
@@ -11,7 +12,9 @@ every strategy of opsagent/strategies (hybrid, react, tot, plan, mcts, reflexion
 options (a strategy may be given with options: ``tot:beam=3``).
 
 Columns, per set and strategy: AC@1 and AC@3 (the true service among the first k suspects), Avg@5,
-kind (the top suspect's fault kind is the true one, where the data set names one), precision of
+kind (the top suspect's fault kind is the true one, where the data set names one), ch@1 and ch@3
+(change@k: the change that caused it among the report's first k changes, over the incidents whose
+truth names one; "-" where none does), precision of
 confirmed and of probable verdicts (their root-cause service is the true one; n in brackets), mean
 tool calls, mean estimated tokens (observations and reasoner text, opsagent/tokens.py), mean model
 calls of the same investigations with the LLM reasoner and the scripted model that ships in the
@@ -58,11 +61,12 @@ from opsagent.strategies import STRATEGIES, strategy  # noqa: E402
 
 RCA_DEV = ("nezha-tt", "nezha-ob", "changerca")
 STARTED = time.perf_counter()
-ALL_SETS = ("corpus", "petshop", *RCA_DEV)
+ALL_SETS = ("corpus", "rollouts", "petshop", *RCA_DEV)
 
 #: The best published service-level figure on the same data (top-1), and where it comes from.
 PUBLISHED = {
     "corpus": "-",
+    "rollouts": "-",
     "petshop": "0.706 authors' traversal baseline (all issues)",
     "nezha-tt": "0.867 / 0.978 Nezha (FSE'23, 45 cases)",
     "nezha-ob": "0.929 / 0.964 Nezha (FSE'23, 56 cases)",
@@ -112,9 +116,16 @@ def _load_dir(directory: Path) -> list[Case]:
     return cases
 
 
+def concurrent_rollouts(case: Case) -> bool:
+    """Whether a recording has two or more rollouts (deploys) in flight."""
+    return sum(1 for c in case.recording.changes if c.kind in ("deploy", "rollout")) >= 2
+
+
 def load_set(name: str, shared: Path, tmp: Path) -> list[Case]:
     if name == "corpus":
         return _load_dir(ROOT / "fixtures" / "incidents")
+    if name == "rollouts":  # the recorded incidents with concurrent rollouts
+        return [c for c in _load_dir(ROOT / "fixtures" / "incidents") if concurrent_rollouts(c)]
     if name == "petshop":
         petshop = _petshop_module()
         made = petshop.convert(shared / "petshop", tmp / "petshop", ("test",))
@@ -173,6 +184,15 @@ def precision(runs: Sequence[Run], status: str) -> str:
     return f"{right / len(chosen):.2f}({len(chosen):>2})"
 
 
+def change_at(runs: Sequence[Run], k: int) -> str:
+    """change@k over the runs whose truth names the change that caused them ("-" when none does)."""
+    scored = [r for r in runs if r.case.truth.change_ids]
+    if not scored:
+        return "    -"
+    hits = sum(1 for r in scored if r.score.change_rank is not None and r.score.change_rank <= k)
+    return f"{hits / len(scored):>5.3f}"
+
+
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
@@ -192,13 +212,15 @@ def row(name: str, label: str, runs: Sequence[Run], published: str) -> str:
     walls = [r.wall_ms for r in runs]
     return (
         f"{name:<10} {label:<9} {n:>3} {ac(runs, 1):>5.3f} {ac(runs, 3):>5.3f} {avg5:>5.3f} {kind} "
+        f"{change_at(runs, 1)} {change_at(runs, 3)} "
         f"{precision(runs, 'confirmed'):>8} {precision(runs, 'probable'):>8} {calls:>5.1f} {tokens:>6.0f} "
         f"{llm} {f'{kept}/{n}':>7} {most:>5.2f} {median(walls):>6.0f} {max(walls):>6.0f}  {published}"
     )
 
 
 HEADER = (
-    f"{'set':<10} {'strategy':<9} {'n':>3} {'AC@1':>5} {'AC@3':>5} {'Avg@5':>5} {'kind':>5} {'P(conf)':>8} "
+    f"{'set':<10} {'strategy':<9} {'n':>3} {'AC@1':>5} {'AC@3':>5} {'Avg@5':>5} {'kind':>5} {'ch@1':>5} {'ch@3':>5} "
+    f"{'P(conf)':>8} "
     f"{'P(prob)':>8} {'calls':>5} {'tokens':>6} {'llm':>5} {'budget':>7} {'max':>5} {'p50ms':>6} {'maxms':>6}  "
     "published (top-1 / top-3)"
 )
@@ -335,6 +357,9 @@ async def main(args: argparse.Namespace) -> None:
                 f"\nhybrid, all sets: {len(conf)} confirmed verdicts, {right} on the true service"
                 + (f" (precision {right / len(conf):.3f})" if conf else "")
             )
+            named = [r for r in conf if r.report.change is not None and r.case.truth.change_ids]
+            on_truth = sum(1 for r in named if set(r.report.change.ids) & set(r.case.truth.change_ids))  # type: ignore[union-attr]
+            print(f"hybrid, all sets: {len(named)} confirmed verdicts name a change, {on_truth} the true change")
             print("\nconfidence against accuracy, hybrid, all sets:")
             print("\n".join(calibration(everything)))
         if not args.no_signals_table:

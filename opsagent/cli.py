@@ -444,6 +444,7 @@ def _scoreboard_table(board: Scoreboard) -> Table:
         "status",
         "hit@1",
         "hit@3",
+        "change",
         "steps",
         "calls",
         "tokens",
@@ -458,6 +459,7 @@ def _scoreboard_table(board: Scoreboard) -> Table:
             s.status + ("" if s.verdict_ok else " ✗"),
             "✓" if s.hit1 else "·",
             "✓" if s.hit3 else "·",
+            ("-" if not s.truth_changes else f"#{s.change_rank}" if s.change_rank else "✗"),
             str(s.steps),
             str(s.tool_calls),
             str(s.tokens),
@@ -467,8 +469,14 @@ def _scoreboard_table(board: Scoreboard) -> Table:
 
 
 def summary_line(board: Scoreboard) -> str:
+    c1, c3 = board.change_at(1), board.change_at(3)
+    changes = (
+        f"change@1 {c1:.3f}  change@3 {c3:.3f} ({len(board.with_changes)})  "
+        if c1 is not None and c3 is not None
+        else ""
+    )
     return (
-        f"AC@1 {board.ac(1):.3f}  AC@3 {board.ac(3):.3f}  Avg@5 {board.avg5:.3f}  "
+        f"AC@1 {board.ac(1):.3f}  AC@3 {board.ac(3):.3f}  Avg@5 {board.avg5:.3f}  {changes}"
         f"kind accuracy {board.kind_accuracy:.3f}  verdicts right {board.verdict_accuracy:.3f}  "
         f"({len(board.scores)} incidents)"
     )
@@ -521,6 +529,9 @@ def replay_cmd(
             "avg5": board.avg5,
             "kind_accuracy": board.kind_accuracy,
             "verdict_accuracy": board.verdict_accuracy,
+            "change_at_1": board.change_at(1),
+            "change_at_3": board.change_at(3),
+            "with_changes": len(board.with_changes),
             "incidents": [IncidentScore.model_dump(s) for s in board.scores],
         }
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")

@@ -14,8 +14,9 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``net:path_slow`` calls to or from the component got slower as their callers see them while the
   callees' own view did not: the time is lost between them (a network delay on the component's links);
 * ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
-* ``change:<kind>`` a change to the component just before onset; ``version:worse`` its rollout's new
-  version's pods fail more or are slower than the old version's, ``version:no_worse`` they are not;
+* ``change:<kind>`` a change to the component just before onset (weighing less the longer before onset
+  it last moved); ``version:worse`` its rollout's new version's pods fail more or are slower than the
+  old version's, ``version:no_worse`` they are not, ``version:unseen`` they report nothing at all;
 * ``log:<family>`` a log family bursting, ``log:new_error`` new or bursting error templates,
   ``log:new:<family>`` such templates of a family, ``log:new_own_error`` such templates that name no
   dependency's or resource's failure (errors of the component's own making);
@@ -30,10 +31,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from opsagent import kubestate, ranking
+from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import links_of, metric_of, slow_paths
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
+    ChangeRecord,
     ChangesData,
     Incident,
     KubernetesData,
@@ -52,6 +55,7 @@ from opsagent.playbooks import (
     evaluate,
     family_counts,
     new_error_templates,
+    qualifying_changes,
 )
 from opsagent.stats import shortfall_ratio
 
@@ -112,6 +116,7 @@ class Profile:
 LINKS_SLOW = Expectation(op="links_slow")
 VERSION_WORSE = Expectation(op="version_worse")
 VERSION_NO_WORSE = Expectation(op="version_no_worse")
+VERSION_UNSEEN = Expectation(op="version_unseen")
 
 
 def rolled_out(changes: Observation, incident: Incident) -> list[str]:
@@ -224,12 +229,23 @@ def _trace_features(profiles: dict[str, Profile], obs: Observation, data: Traces
 
 def _change_features(profiles: dict[str, Profile], obs: Observation, data: ChangesData, incident: Incident) -> None:
     for service in sorted({c.service for c in data.changes}):
+        ctx = Context(incident=incident, service=service)
         for kind in ("deploy", "config", "flag", "infra", "scale"):
             kinds = ["deploy", "rollout"] if kind == "deploy" else [kind]
             exp = CHANGED.model_copy(update={"kinds": kinds})
-            outcome = evaluate(exp, obs, Context(incident=incident, service=service))
+            outcome = evaluate(exp, obs, ctx)
             if outcome.met:
-                profiles[service].add(f"change:{kind}", ranking.CHANGE_WEIGHT, obs, outcome.value)
+                timing = max(
+                    ranking.change_timing(minutes_before(c, incident)) for c in qualifying_changes(exp, obs, ctx) or []
+                )
+                profiles[service].add(f"change:{kind}", ranking.CHANGE_WEIGHT * timing, obs, outcome.value)
+
+
+def minutes_before(change: ChangeRecord, incident: Incident) -> float | None:
+    """Minutes from the change's last move (its start or a step) before onset to onset; None when it
+    moved only after onset."""
+    moved = last_move_before(change, incident.onset)
+    return None if moved is None else (incident.onset - moved[1]).total_seconds() / 60
 
 
 def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: Incident) -> None:
@@ -258,6 +274,7 @@ def _version_features(profile: Profile, obs: Observation, data: VersionsData, in
     ctx = Context(incident=incident, service=data.service)
     for feature, exp, weight in (
         ("version:worse", VERSION_WORSE, ranking.VERSION_WORSE_WEIGHT),
+        ("version:unseen", VERSION_UNSEEN, ranking.VERSION_UNSEEN_WEIGHT),
         ("version:no_worse", VERSION_NO_WORSE, ranking.WAITING_WEIGHT),
     ):
         outcome = evaluate(exp, obs, ctx)

@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from opsagent.errors import FixtureError, Problem
-from opsagent.models import Alert, FaultKind, TimeRange, possible
+from opsagent.models import Alert, FaultKind, RolloutStep, TimeRange, possible
 
 TELEMETRY = ("metrics", "logs", "changes", "traces", "kubernetes")
 
@@ -120,11 +129,14 @@ class LogRecord(BaseModel):
 
 
 class Change(BaseModel):
+    """One change as a feed or a recording holds it. A rollout may carry its steps and the pods of
+    each version; a record whose times contradict each other is malformed (the field is named)."""
+
     model_config = ConfigDict(extra="allow")
 
-    id: str
+    id: str = Field(min_length=1)
     ts: AwareDatetime
-    end: AwareDatetime | None = None
+    end: AwareDatetime | None = Field(default=None, description="when a rollout finished; none while in progress")
     service: str
     kind: Literal["deploy", "rollout", "config", "flag", "infra", "scale"]
     summary: str
@@ -132,6 +144,31 @@ class Change(BaseModel):
     to_version: str | None = None
     author: str | None = None
     diff: str | None = None
+    steps: list[RolloutStep] = Field(default_factory=list, description="a rollout's steps, in time order")
+    pods: dict[str, list[str]] = Field(default_factory=dict, description="version -> the pods running it")
+
+    @field_validator("end")
+    @classmethod
+    def _ends_after_it_starts(cls, end: datetime | None, info: ValidationInfo) -> datetime | None:
+        start = info.data.get("ts")
+        if end is not None and start is not None and end < start:
+            raise ValueError(f"the change ends ({end.isoformat()}) before it starts ({start.isoformat()})")
+        return end
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_in_its_time(cls, steps: list[RolloutStep], info: ValidationInfo) -> list[RolloutStep]:
+        start, end = info.data.get("ts"), info.data.get("end")
+        previous: RolloutStep | None = None
+        for n, step in enumerate(steps, start=1):
+            if start is not None and step.ts < start:
+                raise ValueError(f"step {n} ({step.ts.isoformat()}) is before the change starts ({start.isoformat()})")
+            if end is not None and step.ts > end:
+                raise ValueError(f"step {n} ({step.ts.isoformat()}) is after the change ends ({end.isoformat()})")
+            if previous is not None and step.ts < previous.ts:
+                raise ValueError(f"step {n} ({step.ts.isoformat()}) is before step {n - 1}: steps go in time order")
+            previous = step
+        return steps
 
 
 class Span(BaseModel):
@@ -261,8 +298,13 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
 
 
-def _read_records(path: Path, model: type[BaseModel], problems: list[Problem]) -> list[Any]:
+#: Files whose records must not share a value of this field: a change is named by its id.
+_UNIQUE: dict[str, str] = {"changes": "id"}
+
+
+def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
     records: list[Any] = []
+    first_line: dict[Any, int] = {}
     try:
         for lineno, raw in enumerate(_open_lines(path), start=1):
             try:
@@ -273,11 +315,20 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem]) -
             if not line.strip():
                 continue
             try:
-                records.append(model.model_validate_json(line))
+                record = model.model_validate_json(line)
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = tuple(p for p in err["loc"] if p != "json_invalid")
                     problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
+                continue
+            key = getattr(record, unique) if unique else None
+            if key is not None and key in first_line:
+                again = f"duplicate {unique} {key!r} (also on line {first_line[key]})"
+                problems.append(Problem(str(path), again, line=lineno, field=unique))
+                continue
+            if key is not None:
+                first_line[key] = lineno
+            records.append(record)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
     return records
@@ -333,7 +384,7 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
     present: set[str] = set()
     for name in TELEMETRY:
         path = telemetry_file(directory, name)
-        telemetry[name] = [] if path is None else _read_records(path, _RECORD_MODELS[name], problems)
+        telemetry[name] = [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))
         if path is not None:
             present.add(name)
     if header is None or problems:

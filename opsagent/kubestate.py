@@ -428,11 +428,11 @@ def rollout_changes(cluster: Cluster) -> list[Change]:
         key = (ref.kind, rs.namespace, ref.name)
         template = (rs.spec.get("template") or {}).get("spec") or {}
         chains[key].append(_Revision(owners.get(key), rs, int(number), template))
-    pods_of: dict[tuple[str, str], list[str]] = defaultdict(list)
+    pods_of: dict[tuple[str, str], list[KubeObject]] = defaultdict(list)
     for obj in cluster.of("Pod"):
         for ref in obj.metadata.owner_references:
             if ref.kind == "ReplicaSet":
-                pods_of[(obj.namespace, ref.name)].append(obj.name)
+                pods_of[(obj.namespace, ref.name)].append(obj)
     out = []
     for (kind, namespace, name), revisions in chains.items():
         revisions.sort(key=lambda r: r.number)
@@ -448,7 +448,7 @@ def _change(
     before: _Revision,
     after: _Revision,
     cluster: Cluster,
-    pods_of: dict[tuple[str, str], list[str]],
+    pods_of: dict[tuple[str, str], list[KubeObject]],
 ) -> Change:
     old, new = _images(before.template), _images(after.template)
     moved = {c: (old.get(c), img) for c, img in new.items() if old.get(c) != img}
@@ -480,11 +480,46 @@ def _change(
             "source": "kubernetes",
             "revision": after.number,
             "pods": {
-                frm or "old": sorted(pods_of.get((namespace, before.rs.name), [])),
-                to or "new": sorted(pods_of.get((namespace, after.rs.name), [])),
+                frm or "old": sorted(p.name for p in pods_of.get((namespace, before.rs.name), [])),
+                to or "new": sorted(p.name for p in pods_of.get((namespace, after.rs.name), [])),
             },
+            "steps": _steps(after, pods_of.get((namespace, after.rs.name), []), end),
         }
     )
+
+
+#: New pods created within this many seconds of the one before came up in one step of the rollout.
+STEP_BATCH_S = 30.0
+
+
+def _steps(rev: _Revision, pods: Sequence[KubeObject], end: datetime | None) -> list[dict[str, Any]]:
+    """The steps of a rolling update, read from when its new pods were created: each batch of pods
+    (a surge, a canary's weight raised) is a step; its weight is the share of the desired replicas the
+    new version then ran. Pods created after the rollout ended (restarts, a later scale-up) are not steps."""
+    start = rev.rs.metadata.creation_timestamp
+    if start is None:
+        return []
+    # A pod stamped a few seconds before its ReplicaSet is clock rounding, not an earlier step.
+    created = sorted(
+        (max(p.metadata.creation_timestamp, start), p.name)
+        for p in pods
+        if p.metadata.creation_timestamp is not None
+        and (p.metadata.creation_timestamp - start).total_seconds() >= -STEP_BATCH_S
+        and (end is None or p.metadata.creation_timestamp <= end)
+    )
+    replicas = (rev.owner.spec.get("replicas") if rev.owner else None) or rev.rs.spec.get("replicas")
+    batches: list[list[tuple[datetime, str]]] = []
+    for when, name in created:
+        if batches and (when - batches[-1][-1][0]).total_seconds() <= STEP_BATCH_S:
+            batches[-1].append((when, name))
+        else:
+            batches.append([(when, name)])
+    steps, running = [], 0
+    for n, batch in enumerate(batches, start=1):
+        running += len(batch)
+        weight = min(100.0, 100.0 * running / replicas) if isinstance(replicas, int) and replicas > 0 else None
+        steps.append({"ts": batch[-1][0], "index": n, "weight": weight, "pods": [name for _, name in batch]})
+    return steps
 
 
 def _rollout_end(rev: _Revision, cluster: Cluster) -> datetime | None:

@@ -58,11 +58,21 @@ class Frozen(BaseModel):
 
 
 class SourceKind(StrEnum):
+    """Kinds of evidence. Each but ``versions`` is a kind of data source; ``versions`` is the canary
+    comparison of a rollout's new version with its old one, read from the metrics source but its own
+    kind of evidence: a controlled comparison (same minutes, same traffic, two versions) that a
+    before/after shift of the same metrics does not repeat."""
+
     metrics = "metrics"
     logs = "logs"
     changes = "changes"
     traces = "traces"
     kubernetes = "kubernetes"
+    versions = "versions"
+
+
+#: The kinds of evidence that are kinds of data source (an environment offers them or not).
+SOURCE_KINDS: frozenset[SourceKind] = frozenset(k for k in SourceKind if k is not SourceKind.versions)
 
 
 class Symptom(StrEnum):
@@ -267,7 +277,27 @@ class LogsData(Frozen):
     oddities: dict[str, int] = Field(default_factory=dict, description="malformed or unusual input, by kind")
 
 
+class RolloutStep(BaseModel):
+    """One step of a rollout (a canary's weight raised, a batch of pods replaced): when it completed
+    and what it left running. Extra fields a feed sends are kept."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    ts: AwareDatetime = Field(description="when the step completed")
+    id: str | None = Field(default=None, description="the step's own change id, where a feed records steps as changes")
+    index: int | None = Field(default=None, ge=0, description="its number in the rollout's plan (1 = the first)")
+    weight: float | None = Field(
+        default=None, ge=0, le=100, description="share of the pods or traffic on the new version after it, percent"
+    )
+    pods: list[str] = Field(default_factory=list, description="pods of the new version it started")
+    summary: str | None = None
+
+
 class ChangeRecord(Frozen):
+    """A change in an investigation's range. A rollout carries its steps and the pods of each
+    version where the source gives them; steps a feed records as changes of their own are folded
+    into the rollout they belong to (:func:`opsagent.analysis.changes.change_records`)."""
+
     id: str
     ts: AwareDatetime
     end: AwareDatetime | None = None
@@ -279,11 +309,20 @@ class ChangeRecord(Frozen):
     author: str | None = None
     diff: str | None = None
     minutes_before_onset: float
+    steps: list[RolloutStep] = Field(default_factory=list, description="the rollout's steps, in time order")
+    pods: dict[str, list[str]] = Field(default_factory=dict, description="version -> the pods running it")
+    notes: list[str] = Field(default_factory=list, description="what the record leaves unknown (no end, missing steps)")
+
+    @property
+    def ids(self) -> list[str]:
+        """The change's id and its steps' ids: every name the change goes by."""
+        return [self.id, *(s.id for s in self.steps if s.id)]
 
 
 class ChangesData(Frozen):
     type: Literal["changes"] = "changes"
     changes: list[ChangeRecord]
+    notes: list[str] = Field(default_factory=list, description="records left out, and why (two with one id)")
 
 
 class ServiceSpanStats(Frozen):
@@ -422,7 +461,11 @@ class VersionComparison(Frozen):
     old_median: float
     new_samples: int
     old_samples: int
-    p_value: float | None = Field(description="two-sided Mann-Whitney U test of the two versions' samples")
+    minutes: int = Field(default=0, description="the minutes both versions reported, which were compared")
+    p_value: float | None = Field(
+        description="two-sided Mann-Whitney U test of the two versions' samples, each minute's aligned on the "
+        "old version's median"
+    )
     worse: bool = Field(description="the new version is worse the way this metric goes bad, by a margin that counts")
 
 
@@ -431,14 +474,27 @@ class VersionsData(Frozen):
 
     type: Literal["versions"] = "versions"
     service: str
+    change_id: str | None = Field(default=None, description="the rollout whose versions were compared, when known")
     new_version: str | None = None
     old_version: str | None = None
+    started: AwareDatetime | None = Field(
+        default=None, description="when the new version started: its rollout's start, else its first sample"
+    )
     since: AwareDatetime | None = Field(default=None, description="the first sample of the new version")
     new_pods: list[str] = Field(default_factory=list)
     old_pods: list[str] = Field(default_factory=list)
     comparisons: list[VersionComparison] = Field(default_factory=list)
-    verdict: Literal["worse", "no_worse", "unknown"] = "unknown"
+    verdict: Literal["worse", "no_worse", "unseen", "unknown"] = Field(
+        default="unknown",
+        description="worse or no_worse than the old version; unseen: its rollout says it runs, yet it reports nothing",
+    )
     reason: str = ""
+    notes: list[str] = Field(default_factory=list, description="what could not be compared, and why")
+
+    def worst(self) -> VersionComparison | None:
+        """The comparison that decided "worse": errors before latency, then the smallest p-value."""
+        bad = [c for c in self.comparisons if c.worse]
+        return min(bad, key=lambda c: (c.meaning != "errors", c.p_value or 1.0)) if bad else None
 
 
 ObservationData = Annotated[
@@ -580,6 +636,35 @@ class Suspect(Frozen):
     why: str
 
 
+class ChangeSuspect(Frozen):
+    """A change in flight around onset, ranked by how likely it set the incident off, and why: the
+    comparison of its new version with the old, the timing of its steps against onset, and whether
+    the alerting service reaches the changed one along the call graph."""
+
+    id: str
+    ids: list[str] = Field(description="every name the change goes by: its id and its steps' ids")
+    service: str
+    kind: str
+    from_version: str | None = None
+    to_version: str | None = None
+    started: AwareDatetime
+    ended: AwareDatetime | None = None
+    score: float
+    status: VerdictStatus | Literal["unverified"] = "unverified"
+    verdict: Literal["worse", "no_worse", "unseen", "unknown"] = Field(
+        default="unknown", description="what the comparison of its new version with the old said"
+    )
+    comparison: VersionComparison | None = Field(default=None, description="the figure that decided 'worse'")
+    step: int | None = Field(default=None, description="its last move before onset: 0 its start, k its k-th step")
+    step_at: AwareDatetime | None = None
+    minutes_before_onset: float | None = Field(
+        default=None, description="from its last move before onset to onset; None: it moved only after onset"
+    )
+    reachable: bool = Field(default=True, description="the alerting service reaches the changed one along calls")
+    why: list[str] = Field(default_factory=list)
+    observation_ids: list[str] = Field(default_factory=list, description="the observations behind it")
+
+
 class TimelineEvent(Frozen):
     ts: AwareDatetime
     what: str
@@ -700,6 +785,8 @@ class Report(BaseModel):
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
     budget_exhausted: str | None = Field(default=None, description="which budget stopped the investigation")
     next_steps: list[str] = Field(default_factory=list)
+    change: ChangeSuspect | None = Field(default=None, description="the change the verdict names, when one caused it")
+    changes: list[ChangeSuspect] = Field(default_factory=list, description="the changes in flight, most likely first")
     cost: Cost
     observations: list[Observation] = Field(default_factory=list)
     llm: ModelRecord | None = Field(default=None, description="the model's prompts, replies and cost")

@@ -15,6 +15,7 @@ from opsagent.models import (
     LogsData,
     MetricsData,
     ObservationData,
+    RolloutStep,
     SeriesStats,
     TracesData,
     VersionsData,
@@ -77,15 +78,26 @@ def _logs(d: LogsData) -> str:
     return render(d)
 
 
+def _step_line(n: int, s: RolloutStep) -> str:
+    return f"\n    step {n} {s.ts:%H:%M}" + (f" [{s.id}]" if s.id else "") + (f" {s.weight:g} %" if s.weight else "")
+
+
 def _changes(d: ChangesData) -> str:
     if not d.changes:
-        return "no changes in range"
+        return "\n".join(["no changes in range", *d.notes])
     return "\n".join(
-        f"[{c.id}] {c.ts:%H:%M} ({c.minutes_before_onset:+.0f} min before onset) {c.kind} {c.service}: "
-        f"{c.summary}"
-        + (f" ({c.from_version} -> {c.to_version})" if c.to_version else "")
-        + (f"\n    diff: {c.diff.strip()}" if c.diff else "")
-        for c in d.changes
+        [
+            f"[{c.id}] {c.ts:%H:%M} ({c.minutes_before_onset:+.0f} min before onset) {c.kind} {c.service}: "
+            f"{c.summary}"
+            + (f" ({c.from_version} -> {c.to_version})" if c.to_version else "")
+            + (f", ended {c.end:%H:%M}" if c.end else "")
+            + "".join(_step_line(n, s) for n, s in enumerate(c.steps, start=1))
+            + "".join(f"\n    {version}: {', '.join(pods)}" for version, pods in c.pods.items() if pods)
+            + "".join(f"\n    note: {note}" for note in c.notes)
+            + (f"\n    diff: {c.diff.strip()}" if c.diff else "")
+            for c in d.changes
+        ]
+        + d.notes
     )
 
 

@@ -16,6 +16,7 @@ import structlog
 
 from adapters.replay import replay_sources
 from opsagent import ranking
+from opsagent.analysis.changes import changes_in_flight
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.discovery import discover, metric_names
 from opsagent.fixtures import Edge, Recording, Truth, load
@@ -27,6 +28,7 @@ from opsagent.models import (
     Action,
     Alert,
     ChangesData,
+    ChangeSuspect,
     Cost,
     Evidence,
     HypothesisResult,
@@ -41,6 +43,7 @@ from opsagent.models import (
     Symptom,
     TimelineEvent,
 )
+from opsagent.observations import fmt
 from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
@@ -225,6 +228,20 @@ def conclude(
         )
         if exhausted:
             statement += f" Stopped early: {exhausted}."
+    in_flight = ranking.order_changes(
+        changes_in_flight(
+            toolbox.observations.values(),
+            incident=incident,
+            reachable={c.component for c in outcome.triage.components if c.reachable} if outcome.triage.graph else None,
+            anomaly=ranking.anomaly(
+                {c.component: c.features for c in outcome.triage.components}, {e.callee for e in outcome.triage.graph}
+            ),
+        ),
+        outcome.results,
+    )
+    named = named_change(top, in_flight)
+    if named is not None:
+        statement = f"{change_sentence(named)}. {statement}"
     cost = Cost(
         steps=meter.steps,
         tool_calls=toolbox.calls,
@@ -247,7 +264,9 @@ def conclude(
         lessons_used=lesson_uses(outcome),
         unreadable_sources=dict(toolbox.unreadable),
         budget_exhausted=exhausted,
-        next_steps=next_steps(top, winner, outcome, ranked),
+        next_steps=next_steps(top, winner, outcome, ranked, named=named, changes=in_flight, until=incident.window.end),
+        change=named,
+        changes=in_flight,
         cost=cost,
         observations=sorted(toolbox.observations.values(), key=lambda o: o.id),
         plan=outcome.plan,
@@ -335,6 +354,17 @@ def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list
                             observation_id=obs.id,
                         )
                     )
+                    events.extend(
+                        TimelineEvent(
+                            ts=step.ts,
+                            what=f"step {n} of {c.kind} {c.service} [{step.id or c.id}]"
+                            + (f": {step.weight:g} % on {c.to_version}" if step.weight is not None else ""),
+                            kind="change",
+                            observation_id=obs.id,
+                        )
+                        for n, step in enumerate(c.steps, start=1)
+                        if step.ts <= incident.window.end
+                    )
         if isinstance(obs.data, MetricsData) and (obs.id in cited or obs.id in found.observation_ids):
             # Cited signals, and the shifts triage saw on the root cause and the alerting service.
             focus = set(incident.services) | {e_comp for e_comp in _cited_components(evidence, toolbox)}
@@ -355,19 +385,67 @@ def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list
     return sorted(unique.values(), key=lambda e: (e.ts, e.kind))
 
 
+def named_change(top: Suspect | None, changes: list[ChangeSuspect]) -> ChangeSuspect | None:
+    """The change a verdict names: the likeliest change to the root cause, when a change caused it."""
+    if top is None or top.kind not in CHANGE_KINDS:
+        return None
+    return next((c for c in changes if c.service == top.component and c.status in ("confirmed", "probable")), None)
+
+
+def change_sentence(c: ChangeSuspect) -> str:
+    """The change in one sentence: what its new version's pods do that its old version's do not,
+    since which step, and its id."""
+    old, new = c.from_version or "the old version", c.to_version or "the new version"
+    cmp = c.comparison
+    if c.verdict == "worse" and cmp is not None:
+        calls = f" of calls from {cmp.caller}" if cmp.caller and cmp.caller != c.service else ""
+        p = f"p={cmp.p_value:.2g}, " if cmp.p_value is not None else ""
+        figure = (
+            f"{c.service} {new} pods: {cmp.metric}{calls} {fmt(cmp.new_median, cmp.unit)}, {old} pods "
+            f"{fmt(cmp.old_median, cmp.unit)} ({p}{cmp.new_samples}/{cmp.old_samples} one-minute samples)"
+        )
+    elif c.verdict == "unseen":
+        figure = f"{c.service} {new} pods report nothing while its {old} pods serve"
+    else:
+        figure = f"{c.kind} of {c.service} {old} -> {new}"
+    if c.step is None or c.step_at is None:
+        when = "(it moved only after onset)"
+    elif c.step == 0:
+        when = f"since its {c.kind} began at {c.step_at:%H:%M}"
+    else:
+        when = f"since step {c.step} of its {c.kind} at {c.step_at:%H:%M}"
+    return f"{figure}, {when} [{c.id}]"
+
+
 def next_steps(
-    top: Suspect | None, winner: HypothesisResult | None, outcome: Outcome, ranked: list[Suspect]
+    top: Suspect | None,
+    winner: HypothesisResult | None,
+    outcome: Outcome,
+    ranked: list[Suspect],
+    *,
+    named: ChangeSuspect | None = None,
+    changes: Sequence[ChangeSuspect] = (),
+    until: datetime | None = None,
 ) -> list[str]:
+    """What to do next. opsagent never acts: a change it names is to be rolled back by its owners
+    (paused first while it is still rolling out: ``until`` is when the telemetry ends)."""
     if top is not None and winner is not None:
         steps = [f"Confirm with the owners of {top.component}; opsagent is read-only and changed nothing."]
-        if top.kind in CHANGE_KINDS:
+        if named is not None:
+            back = f" ({named.service} {named.to_version} -> {named.from_version})" if named.from_version else ""
+            steps.insert(0, f"Roll back {named.id}{back}.")
+            if named.ended is None or (until is not None and named.ended > until):
+                steps.insert(1, f"Pause {named.id} first, so that its next step takes no more pods or traffic.")
+        elif top.kind in CHANGE_KINDS:
             steps.insert(0, f"Consider rolling back the change to {top.component} cited in the evidence.")
         return steps
     look = ", ".join(f"{s.component}" for s in ranked[:3]) or "the alerting service"
-    return [
-        f"Look first at: {look} (highest triage scores).",
-        "Check sources opsagent could not read, if any, and re-run with a larger budget.",
-    ]
+    out = [f"Look first at: {look} (highest triage scores)."]
+    likely = [c for c in changes[:3] if c.score > 0]
+    if likely:
+        out.append("Changes to look at first: " + ", ".join(f"{c.id} ({c.service}, {c.verdict})" for c in likely) + ".")
+    out.append("Check sources opsagent could not read, if any, and re-run with a larger budget.")
+    return out
 
 
 def load_default_playbooks(directory: Path | None = None) -> list[Playbook]:

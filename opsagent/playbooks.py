@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +22,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opsagent import kubestate
+from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import SLOW_LINKS_SHARE, Links, links_of
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
@@ -112,6 +113,7 @@ Op = Literal[
     "pods_steady",
     "version_worse",
     "version_no_worse",
+    "version_unseen",
     "links_slow",
     "links_fine",
 ]
@@ -129,6 +131,7 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "component_quiet",
         "version_worse",
         "version_no_worse",
+        "version_unseen",
         "links_slow",
         "links_fine",
     ),
@@ -359,6 +362,15 @@ class Outcome:
 class Context:
     incident: Incident
     service: str
+    #: the canary analysis of the service's rollout, where one was made: what its old version's pods
+    #: show cannot clear a new version that reports nothing
+    versions: VersionsData | None = None
+
+
+def context_for(incident: Incident, service: str, observations: Mapping[str, Observation]) -> Context:
+    """The context of expectations about a service, with the last canary analysis made of it."""
+    compared = [o.data for o in observations.values() if isinstance(o.data, VersionsData) and o.data.service == service]
+    return Context(incident=incident, service=service, versions=compared[-1] if compared else None)
 
 
 Evaluator = Callable[[Expectation, Observation, Context], Outcome]
@@ -450,6 +462,10 @@ def _component_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     """Met when the component has series and none of them moved the bad way by x``min_ratio``."""
     if not isinstance(obs.data, MetricsData):
         return _UNKNOWN
+    if ctx.versions is not None and ctx.versions.verdict == "unseen":
+        return Outcome(
+            None, f"{ctx.versions.new_version} of {ctx.service} reports nothing: its quiet old pods say nothing of it"
+        )
     mine = [s for s in obs.data.stats if s.component == ctx.service]
     if not mine:
         return _UNKNOWN
@@ -471,19 +487,41 @@ def _versions(obs: Observation, ctx: Context) -> VersionsData | None:
 
 
 def _version_worse(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    """Met when the service's new version fails more, or is slower by a margin, than its old one."""
+    """Met when the service's new version fails more, or is slower by a margin, than its old one, and
+    it was running when the symptom began (a version that started after onset did not cause it)."""
     data = _versions(obs, ctx)
-    if data is None or data.verdict == "unknown":
+    if data is None or data.verdict in ("unknown", "unseen"):
         return Outcome(None, data.reason if data else "no versions compared")
-    return Outcome(data.verdict == "worse", f"{data.new_version} against {data.old_version}: {data.reason}")
+    text = f"{data.new_version} against {data.old_version}: {data.reason}"
+    if data.verdict == "worse" and not running_at_onset(data, ctx.incident):
+        return Outcome(False, f"{text}; but {data.new_version} started after the onset")
+    return Outcome(data.verdict == "worse", text)
 
 
 def _version_no_worse(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     """Met when the new version has run long enough and none of its error or latency figures is worse."""
     data = _versions(obs, ctx)
-    if data is None or data.verdict == "unknown":
+    if data is None or data.verdict in ("unknown", "unseen"):
         return Outcome(None, data.reason if data else "no versions compared")
     return Outcome(data.verdict == "no_worse", f"{data.new_version} against {data.old_version}: {data.reason}")
+
+
+def _version_unseen(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when the rollout says the new version runs, yet its pods report nothing while the old's do."""
+    data = _versions(obs, ctx)
+    if data is None or data.verdict == "unknown":
+        return Outcome(None, data.reason if data else "no versions compared")
+    return Outcome(data.verdict == "unseen", data.reason)
+
+
+#: A new version's first sample trails its pods' start by a scrape interval, and an onset is known to
+#: the minute: a version first seen this many minutes after onset was running at onset.
+STARTED_SLACK_MIN = 2.0
+
+
+def running_at_onset(data: VersionsData, incident: Incident) -> bool:
+    started = data.started or data.since
+    return started is None or (started - incident.onset).total_seconds() / 60 <= STARTED_SLACK_MIN
 
 
 def _links(obs: Observation, ctx: Context) -> Links | None:
@@ -601,11 +639,15 @@ def qualifying_changes(exp: Expectation, obs: Observation, ctx: Context) -> list
     if not isinstance(obs.data, ChangesData):
         return None
     out = []
+    onset = ctx.incident.onset
     for c in obs.data.changes:
         if c.service != ctx.service or c.kind not in exp.kinds:
             continue
-        in_progress = c.end is not None and c.end >= ctx.incident.onset
-        if 0 <= c.minutes_before_onset <= exp.within_min or (c.minutes_before_onset >= 0 and in_progress):
+        moved = last_move_before(c, onset)  # its start, or the last of its steps, before onset
+        if moved is None:
+            continue  # it began after the symptom did
+        in_progress = c.end is not None and c.end >= onset
+        if (onset - moved[1]).total_seconds() / 60 <= exp.within_min or in_progress:
             out.append(c)
     return out
 
@@ -617,10 +659,17 @@ def diff_lines(diff: str) -> list[str]:
     return changed or lines
 
 
-def change_text(c: ChangeRecord) -> str:
+def change_text(c: ChangeRecord, onset: datetime | None = None) -> str:
     versions = f" {c.from_version} -> {c.to_version}" if c.to_version else ""
     diff = f"; diff: {' | '.join(diff_lines(c.diff)[:6])}" if c.diff else ""
-    return f"[{c.id}] {c.kind} {c.service}{versions}: {c.summary}{diff} ({c.minutes_before_onset:.0f} min before onset)"
+    steps = f"; {len(c.steps)} step(s)" if c.steps else ""
+    moved = last_move_before(c, onset) if onset is not None and c.steps else None
+    if moved is not None and moved[0] > 0:
+        steps += f", step {moved[0]} at {moved[1]:%H:%M} the last before onset"
+    return (
+        f"[{c.id}] {c.kind} {c.service}{versions}: {c.summary}{diff}{steps} "
+        f"({c.minutes_before_onset:.0f} min before onset)"
+    )
 
 
 def _change_before_onset(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
@@ -628,7 +677,8 @@ def _change_before_onset(exp: Expectation, obs: Observation, ctx: Context) -> Ou
     if found is None:
         return _UNKNOWN
     return Outcome(
-        bool(found), change_text(found[-1]) if found else f"no {'/'.join(exp.kinds)} change to {ctx.service}"
+        bool(found),
+        change_text(found[-1], ctx.incident.onset) if found else f"no {'/'.join(exp.kinds)} change to {ctx.service}",
     )
 
 
@@ -640,7 +690,7 @@ def _no_change_before_onset(exp: Expectation, obs: Observation, ctx: Context) ->
         not found,
         f"no {'/'.join(exp.kinds)} change to {ctx.service} within {exp.within_min:.0f} min before onset"
         if not found
-        else change_text(found[-1]),
+        else change_text(found[-1], ctx.incident.onset),
     )
 
 
@@ -651,7 +701,8 @@ def _change_mentions(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     pattern = re.compile(exp.pattern or "", re.I)
     hits = [c for c in found if pattern.search(f"{c.summary}\n{c.diff or ''}")]
     return Outcome(
-        bool(hits), change_text(hits[-1]) if hits else f"no change to {ctx.service} mentions /{exp.pattern}/"
+        bool(hits),
+        change_text(hits[-1], ctx.incident.onset) if hits else f"no change to {ctx.service} mentions /{exp.pattern}/",
     )
 
 
@@ -805,6 +856,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "component_quiet": _component_quiet,
     "version_worse": _version_worse,
     "version_no_worse": _version_no_worse,
+    "version_unseen": _version_unseen,
     "links_slow": _links_slow,
     "links_fine": _links_fine,
     "family_burst": _family_burst,

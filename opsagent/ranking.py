@@ -20,7 +20,7 @@ from contextvars import ContextVar
 
 from opsagent.fixtures import Edge
 from opsagent.graph import callees_of, callers_of, descendants
-from opsagent.models import CHANGE_KINDS, Hypothesis, HypothesisResult, Suspect
+from opsagent.models import CHANGE_KINDS, ChangeSuspect, Hypothesis, HypothesisResult, Suspect
 
 # ---------------------------------------------------------------- rules that can be switched off
 
@@ -41,6 +41,8 @@ RULES: dict[str, str] = {
     "spike_free": "one spike among a handful of normal samples is not a series' spread",
     "failures_first": "a component's own failures weigh more than a shift in how fast it is",
     "discovery": "metric names the catalog has never seen map to its signals by convention",
+    "elimination": "a rollout whose new version reports nothing, when every other rollout in flight was cleared, "
+    "is the change left: it weighs as much as one measured worse",
 }
 
 _disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
@@ -83,11 +85,14 @@ LOG_BURST_DIVISOR = 4.0
 NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 2.0, 0.5
 #: Error spans born in a component, and more calls per request, each weigh this.
 TRACE_ERRORS_WEIGHT, FANOUT_WEIGHT = 1.0, 1.0
-#: A change just before onset weighs this.
+#: A change just before onset weighs this (less, the longer before onset it last moved: change_timing).
 CHANGE_WEIGHT = 0.5
 #: A rollout whose new version fails more or is slower than its old one, on the same minutes and
 #: traffic, weighs this: as much as the loudest metric shift, for it is the change compared with itself.
 VERSION_WORSE_WEIGHT = 3.0
+#: A rollout whose new version reports nothing while its old one does weighs this: it cannot be
+#: cleared, and a release whose pods do not serve is unwell, but nothing was measured to be worse.
+VERSION_UNSEEN_WEIGHT = 1.5
 #: Waiting on callees says where not to look; it barely weighs.
 WAITING_WEIGHT = 0.01
 
@@ -180,6 +185,19 @@ def _clusters(members: set[str], neighbours: Mapping[str, set[str]]) -> int:
     return groups
 
 
+def weigh_by_elimination(features: Mapping[str, dict[str, float]]) -> None:
+    """Concurrent rollouts compete (in place): where every other rollout whose versions were compared
+    behaves like its old version on the same minutes (``version:no_worse``), the one rollout whose new
+    version reports nothing is the change left, and weighs as much as one measured worse."""
+    if not on("elimination"):
+        return
+    unseen = [c for c, f in features.items() if "version:unseen" in f]
+    cleared = [c for c, f in features.items() if "version:no_worse" in f]
+    open_ = [c for c, f in features.items() if "version:worse" in f]
+    if len(unseen) == 1 and cleared and not open_:
+        features[unseen[0]]["version:unseen"] = VERSION_WORSE_WEIGHT
+
+
 # ---------------------------------------------------------------- a component's own score
 
 #: Features of the requests (and other work) a component receives: for a callee, its callers' doing.
@@ -227,7 +245,7 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     score += features.get("net:path_slow", 0.0)
     score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
-    score += features.get("version:worse", 0.0)
+    score += features.get("version:worse", 0.0) + features.get("version:unseen", 0.0)
     if "version:no_worse" not in features:  # a new version that behaves like the old does not count
         score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
@@ -488,6 +506,81 @@ def explains_hypothesis(a: Hypothesis, b: Hypothesis, graph: list[Edge]) -> bool
 def _siblings(a: str, b: str, graph: list[Edge]) -> bool:
     callers = callers_of(graph)
     return bool(callers.get(a, set()) & callers.get(b, set()))
+
+
+# ---------------------------------------------------------------- concurrent changes
+
+#: What the comparison of a change's new version with its old makes of the change: worse is the
+#: change compared with itself; a new version that reports nothing cannot be cleared; one never
+#: compared (no versions in the series) says nothing either way; one that behaves like the old one,
+#: on the same minutes and traffic, is all but cleared.
+VERSION_EVIDENCE: dict[str, float] = {"worse": 1.0, "unseen": 0.6, "unknown": 0.35, "no_worse": 0.05}
+#: A change whose last move (its start, or a step) landed this many minutes before onset or less is
+#: just before it: full weight. Older, its weight halves every CHANGE_HALF_LIFE_MIN more minutes.
+JUST_BEFORE_MIN, CHANGE_HALF_LIFE_MIN = 10.0, 20.0
+#: A change that moved only after onset did not set the incident off (it may have made it worse).
+AFTER_ONSET = 0.1
+#: A change to a service the alerting service cannot reach along the call graph keeps this share.
+UNREACHABLE_CHANGE = 0.3
+#: How much the changed service's own anomaly (its triage score, against the top one) adds to its
+#: change's score, as a share: a change to a service that shows nothing explains less.
+CHANGE_ANOMALY_SHARE = 0.5
+#: A change whose hypothesis was proven gains this; one whose every hypothesis was refuted keeps
+#: RULED_OUT of its score (as suspects do).
+PROVEN_CHANGE = 10.0
+
+
+def change_timing(minutes_before: float | None) -> float:
+    """How much the timing of a change's last move before onset says it set the incident off."""
+    if minutes_before is None:
+        return AFTER_ONSET
+    if minutes_before <= JUST_BEFORE_MIN:
+        return 1.0
+    return 0.5 ** ((minutes_before - JUST_BEFORE_MIN) / CHANGE_HALF_LIFE_MIN)
+
+
+def change_score(verdict: str, minutes_before: float | None, *, reachable: bool, anomaly: float) -> float:
+    """A change's score: its new version's comparison x the timing of its steps x whether the alert
+    reaches it x (1 + a share of the changed service's own anomaly, 0..1)."""
+    reach = 1.0 if reachable else UNREACHABLE_CHANGE
+    return (
+        VERSION_EVIDENCE.get(verdict, VERSION_EVIDENCE["unknown"])
+        * change_timing(minutes_before)
+        * reach
+        * (1 + CHANGE_ANOMALY_SHARE * min(max(anomaly, 0.0), 1.0))
+    )
+
+
+#: Features that are a component's changes and what their comparison said, not its own anomaly.
+CHANGE_FEATURES = ("change:", "version:")
+
+
+def anomaly(features: Mapping[str, Mapping[str, float]], called: set[str]) -> dict[str, float]:
+    """How anomalous each component is on everything but its changes, against the most anomalous (0..1)."""
+    bare = {
+        c: own_score({k: v for k, v in f.items() if not k.startswith(CHANGE_FEATURES)}, called=c in called)
+        for c, f in features.items()
+    }
+    top = max(bare.values(), default=0.0) or 1.0
+    return {c: v / top for c, v in bare.items()}
+
+
+def order_changes(changes: Sequence[ChangeSuspect], results: Sequence[HypothesisResult]) -> list[ChangeSuspect]:
+    """The changes after verification: a change whose service's change hypothesis was proven first,
+    one whose change hypotheses were all refuted discounted, the rest by score (then the most recent)."""
+    status: dict[str, str] = {}
+    for r in results:
+        if r.hypothesis.kind not in CHANGE_KINDS:
+            continue
+        now = status.get(r.hypothesis.component)
+        if now is None or _STATUS_ORDER[r.verdict.status] < _STATUS_ORDER[now]:
+            status[r.hypothesis.component] = r.verdict.status
+    out = []
+    for c in changes:
+        verdict = status.get(c.service)
+        factor = PROVEN_CHANGE if verdict in ("confirmed", "probable") else RULED_OUT if verdict == "refuted" else 1.0
+        out.append(c.model_copy(update={"score": round(c.score * factor, 4), "status": verdict or "unverified"}))
+    return sorted(out, key=lambda c: (-c.score, c.minutes_before_onset or 0.0, c.id))
 
 
 # ---------------------------------------------------------------- confidence

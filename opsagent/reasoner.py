@@ -30,7 +30,7 @@ from opsagent.models import (
     Step,
     Symptom,
 )
-from opsagent.playbooks import Check, Context, Playbook, evaluate, fill, placeholder_values
+from opsagent.playbooks import Check, Context, Playbook, context_for, evaluate, fill, placeholder_values
 from opsagent.triage import ComponentProfile, Triage
 
 
@@ -198,9 +198,10 @@ class PlaybookReasoner:
         if steps and steps[-1].action is not None and steps[-1].observation_id in observations:
             last = steps[-1]
             obs = observations[last.observation_id or ""]
+            ctx = context_for(incident, hypothesis.component, observations)
             for check, action in planned:
                 if action == last.action:
-                    evidence.extend(self._assess(check, obs, hypothesis, incident))
+                    evidence.extend(self._assess(check, obs, ctx))
         done = {s.action.key() for s in steps if s.action is not None}
         pending = [(c, a) for c, a in planned if a.key() not in done]
         first = [a.key() for a in hypothesis.first_actions]
@@ -214,10 +215,9 @@ class PlaybookReasoner:
         return Decision(thought=fill(check.says, values), action=action, evidence=evidence)
 
     @staticmethod
-    def _assess(check: Check, obs: Observation, hypothesis: Hypothesis, incident: Incident) -> list[Evidence]:
+    def _assess(check: Check, obs: Observation, ctx: Context) -> list[Evidence]:
         if obs.source is None or not obs.ok:
             return []
-        ctx = Context(incident=incident, service=hypothesis.component)
         out = []
         for stance, exp in (("supports", check.confirm), ("refutes", check.refute)):
             if exp is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -86,6 +87,15 @@ def to_markdown(report: Report) -> str:
     for i, s in enumerate(report.suspects[:8], 1):
         lines.append(f"| {i} | {s.component} | {s.kind} | {s.status} | {s.score:.3f} | {s.why} |")
     lines.append("")
+    if report.changes:
+        lines += ["## Changes in flight", "", "| # | change | service | versions | new version | score | why |"]
+        lines.append("|---|---|---|---|---|---|---|")
+        for i, ch in enumerate(report.changes[:5], 1):
+            lines.append(
+                f"| {i} | {ch.id} | {ch.service} | {ch.from_version or '?'} -> {ch.to_version or '?'} | {ch.verdict} "
+                f"| {ch.score:.3f} | {'; '.join(ch.why)} |"
+            )
+        lines.append("")
     if report.unreadable_sources:
         lines += ["## Sources that could not be read", ""]
         lines += [f"- {k}: {v}" for k, v in report.unreadable_sources.items()]
@@ -146,12 +156,12 @@ def render(report: Report, console: Console) -> None:
         ev.add_column("source")
         ev.add_column("finding", ratio=1)
         for e in report.evidence:
-            ev.add_row(e.observation_id, e.source.value, e.statement)
+            ev.add_row(e.observation_id, e.source.value, escape(e.statement))  # "[chg-1]" is text, not markup
         body.append(ev)
     if report.timeline:
         tl = Table(title="Timeline", show_header=False)
         for t in report.timeline:
-            tl.add_row(f"{t.ts:%H:%M:%S}", t.kind, t.what)
+            tl.add_row(f"{t.ts:%H:%M:%S}", t.kind, escape(t.what))
         body.append(tl)
     if report.refuted:
         ru = Table(title="Ruled out", expand=True)
@@ -160,7 +170,7 @@ def render(report: Report, console: Console) -> None:
         for r in report.refuted:
             ru.add_row(
                 f"{r.hypothesis.kind} @ {r.hypothesis.component}",
-                "; ".join(f"{e.observation_id}: {e.statement}" for e in r.verdict.refuting),
+                escape("; ".join(f"{e.observation_id}: {e.statement}" for e in r.verdict.refuting)),
             )
         body.append(ru)
     sus = Table(title="Suspects")
@@ -169,6 +179,14 @@ def render(report: Report, console: Console) -> None:
     for i, s in enumerate(report.suspects[:5], 1):
         sus.add_row(str(i), s.component, s.kind, s.status, f"{s.score:.3f}")
     body.append(sus)
+    if report.changes:
+        flight = Table(title="Changes in flight")
+        for col in ("#", "change", "service", "versions", "new version", "score"):
+            flight.add_column(col)
+        for i, ch in enumerate(report.changes[:5], 1):
+            versions = f"{ch.from_version or '?'} -> {ch.to_version or '?'}"
+            flight.add_row(str(i), ch.id, ch.service, versions, ch.verdict, f"{ch.score:.3f}")
+        body.append(flight)
     acted = [u for u in report.lessons_used if u.acted]
     if acted:
         body.append(

@@ -1,8 +1,10 @@
 """Replay scoring: run recorded incidents, compare each report's suspects with the truth.
 
 AC@k is the share of incidents whose true component is among the first k suspects; Avg@5 is the
-mean of AC@1..AC@5; kind accuracy compares the top suspect's fault kind with the true kind. Truth is
-read here, after the investigation, and never before.
+mean of AC@1..AC@5; kind accuracy compares the top suspect's fault kind with the true kind. Where
+the truth names the change that caused an incident (``truth.change_ids``), change@k is the share of
+those incidents whose change is among the first k changes of the report (a rollout is hit by its id
+or any of its steps' ids). Truth is read here, after the investigation, and never before.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class IncidentScore(BaseModel):
     hit3: bool
     kind_hit: bool
     verdict_ok: bool
+    truth_changes: list[str] = []
+    top_changes: list[str] = []
+    change_rank: int | None = None
     steps: int
     tool_calls: int
     tokens: int
@@ -50,6 +55,19 @@ class Scoreboard(BaseModel):
         if not self.scores:
             return 0.0
         return sum(1 for s in self.scores if s.rank is not None and s.rank <= k) / len(self.scores)
+
+    @property
+    def with_changes(self) -> list[IncidentScore]:
+        """The incidents whose truth names the change that caused them."""
+        return [s for s in self.scores if s.truth_changes]
+
+    def change_at(self, k: int) -> float | None:
+        """change@k: the share of incidents with a true change whose change is among the first k; None
+        when no truth names a change."""
+        scored = self.with_changes
+        if not scored:
+            return None
+        return sum(1 for s in scored if s.change_rank is not None and s.change_rank <= k) / len(scored)
 
     @property
     def avg5(self) -> float:
@@ -85,6 +103,7 @@ def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
             and report.root_cause.component == truth.service
             and report.root_cause.kind == truth.kind
         )
+    change_rank = next((n for n, c in enumerate(report.changes, start=1) if set(c.ids) & set(truth.change_ids)), None)
     return IncidentScore(
         slug=slug,
         truth_service=truth.service,
@@ -97,6 +116,9 @@ def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
         hit3=rank is not None and rank <= 3,
         kind_hit=top is not None and top.kind == truth.kind,
         verdict_ok=verdict_ok,
+        truth_changes=list(truth.change_ids),
+        top_changes=[c.id for c in report.changes[:3]],
+        change_rank=change_rank if truth.change_ids else None,
         steps=report.cost.steps,
         tool_calls=report.cost.tool_calls,
         tokens=report.cost.tokens,

@@ -14,6 +14,8 @@ from typing import Protocol
 
 from opsagent.fixtures import Edge, SignalDef
 from opsagent.models import (
+    SOURCE_KINDS,
+    ChangeRecord,
     ChangesData,
     Incident,
     KubernetesData,
@@ -36,8 +38,9 @@ class MetricsSource(Protocol):
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         """Statistics of every series there is, grouped by component and metric (for triage)."""
 
-    async def versions(self, *, incident: Incident, service: str) -> VersionsData:
-        """The service's new version's pods against its old version's, where series carry versions."""
+    async def versions(self, *, incident: Incident, service: str, rollout: ChangeRecord | None = None) -> VersionsData:
+        """The service's new version's pods against its old version's, where series carry versions or
+        ``rollout`` (the service's rollout, when a change source knows it) names the pods of each."""
 
 
 class LogsSource(Protocol):
@@ -90,4 +93,4 @@ class Sources:
     kubernetes: KubernetesSource | None = None
 
     def kinds(self) -> set[SourceKind]:
-        return {k for k in SourceKind if getattr(self, k.value)}
+        return {k for k in SOURCE_KINDS if getattr(self, k.value)}

@@ -25,12 +25,15 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from opsagent.analysis.changes import ROLLING
 from opsagent.calls import tool_call
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected, SourceError, SourceTimeout
 from opsagent.fixtures import SignalDef
 from opsagent.models import (
     Action,
+    ChangeRecord,
+    ChangesData,
     ErrorData,
     Incident,
     MetricsData,
@@ -45,6 +48,10 @@ from opsagent.tokens import estimate_tokens
 
 log = structlog.get_logger("opsagent.tools")
 T = TypeVar("T")
+
+#: How far before onset the version comparison looks for the service's rollout (minutes): as far as
+#: triage looks for changes.
+ROLLOUT_LOOKBACK_MIN = 60
 
 #: What a call is told when the investigation's wall-clock budget is spent before it is made.
 BUDGET_SPENT = "not called: the investigation's wall-clock budget is spent"
@@ -101,6 +108,12 @@ class ToolSpec:
     kind: SourceKind
     args: type[_Args]
     doc: str
+    #: the kind of evidence its observations are, when not the kind of source it reads
+    evidence: SourceKind | None = None
+
+    @property
+    def observed_as(self) -> SourceKind:
+        return self.evidence or self.kind
 
     def usage(self) -> str:
         fields = ", ".join(f"{n}{'' if f.is_required() else '?'}" for n, f in self.args.model_fields.items())
@@ -114,7 +127,11 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec("metrics.query", SourceKind.metrics, QueryArgs, "a raw metric query vs baseline"),
         ToolSpec("metrics.scan", SourceKind.metrics, ScanArgs, "every series of every component vs baseline"),
         ToolSpec(
-            "metrics.versions", SourceKind.metrics, VersionArgs, "a rollout's new version's pods against the old's"
+            "metrics.versions",
+            SourceKind.metrics,
+            VersionArgs,
+            "a rollout's new version's pods against the old's, same minutes",
+            evidence=SourceKind.versions,
         ),
         ToolSpec("logs.summary", SourceKind.logs, LogArgs, "summary of logs: counts, templates, new/bursting"),
         ToolSpec("changes.list", SourceKind.changes, ChangeArgs, "deploys/config changes before onset"),
@@ -175,15 +192,15 @@ class Toolbox:
             args = spec.args.model_validate(action.args)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}" for e in exc.errors())
-            return self._record(action, spec.kind, _format_error(f"bad arguments for {spec.name}: {problems}"))
+            return self._record(action, spec.observed_as, _format_error(f"bad arguments for {spec.name}: {problems}"))
         source = getattr(self.sources, spec.kind.value)
         if source is None:
             msg = f"no {spec.kind.value} source is configured"
             self.unreadable.setdefault(spec.kind.value, msg)
-            return self._record(action, spec.kind, ErrorData(error=msg))
+            return self._record(action, spec.observed_as, ErrorData(error=msg))
         limit = self.time_for_a_call()
         if limit <= 0:
-            return self._record(action, spec.kind, ErrorData(error=BUDGET_SPENT))
+            return self._record(action, spec.observed_as, ErrorData(error=BUDGET_SPENT))
         self.calls += 1
         log.debug("adapter.query", tool=spec.name, source=source.name, incident_id=self.incident.id)
         with tool_call(seconds=limit) as partial:
@@ -191,17 +208,18 @@ class Toolbox:
                 data = await asyncio.wait_for(self._dispatch(spec, args, source), timeout=limit)
             except TimeoutError:
                 err: SourceError = SourceTimeout(self._no_answer(limit), source=source.name)
-                return self._failed(action, spec.kind, err)
+                return self._failed(action, spec.observed_as, err)
             except QueryRejected as exc:
-                return self._record(action, spec.kind, ErrorData(error=str(exc), hint=f"usage: {spec.usage()}"))
+                hint = f"usage: {spec.usage()}"
+                return self._record(action, spec.observed_as, ErrorData(error=str(exc), hint=hint))
             except SourceError as exc:
-                return self._failed(action, spec.kind, exc)
+                return self._failed(action, spec.observed_as, exc)
             except Exception as exc:  # an adapter bug must not kill the investigation
                 err = SourceError(f"{type(exc).__name__}: {exc}", source=source.name)
-                return self._failed(action, spec.kind, err)
+                return self._failed(action, spec.observed_as, err)
             finally:
                 self._account(partial)
-        return self._record(action, spec.kind, data)
+        return self._record(action, spec.observed_as, data)
 
     def time_for_a_call(self) -> float:
         """The per-call timeout, or less when the wall-clock budget has less left."""
@@ -292,7 +310,22 @@ class Toolbox:
         return MetricsData(stats=[stats] if stats else [])
 
     async def _metrics_versions(self, args: VersionArgs, source: MetricsSource) -> ObservationData:
-        return await source.versions(incident=self.incident, service=args.service)
+        rollout = await self._rollout_of(args.service)
+        return await source.versions(incident=self.incident, service=args.service, rollout=rollout)
+
+    async def _rollout_of(self, service: str) -> ChangeRecord | None:
+        """The service's rollout in the window, as the change sources record it (a call of its own,
+        in the observations like any other): which version is new, and the pods of each. None when
+        no change source knows one; the comparison then goes by the series' version labels alone."""
+        if self.sources.changes is None:
+            return None
+        obs = await self.call(
+            Action(tool="changes.list", args={"service": service, "before_min": ROLLOUT_LOOKBACK_MIN})
+        )
+        if not isinstance(obs.data, ChangesData):
+            return None
+        rolling = [c for c in obs.data.changes if c.kind in ROLLING and c.ts <= self.incident.window.end]
+        return rolling[-1] if rolling else None
 
     async def _metrics_scan(self, args: ScanArgs, source: MetricsSource) -> ObservationData:
         return MetricsData(stats=await source.scan(incident=self.incident))

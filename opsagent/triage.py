@@ -84,6 +84,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     used = [scan, changes, traces, logs_all, *kube, *per_service, *versions]
     profiles = profiles_from(used, incident)
     ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()}, graph)
+    ranking.weigh_by_elimination({c: p.features for c, p in profiles.items()})
     add_caller_features(profiles, graph)
     called = {e.callee for e in graph}
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}

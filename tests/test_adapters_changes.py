@@ -22,7 +22,7 @@ from opsagent.errors import MalformedResponse, SourceAuthFailed, SourceTimeout, 
 from opsagent.fixtures import load
 from opsagent.incident import open_incident
 from opsagent.models import Incident
-from tests.conftest import ORDER_INCIDENT
+from tests.conftest import INCIDENTS, ORDER_INCIDENT
 from tests.fakes import incident as fake_incident
 
 T0 = datetime(2026, 3, 1, 13, 0, tzinfo=UTC)  # tests.fakes.incident(): window 13:00-14:30, onset 14:02
@@ -238,3 +238,58 @@ def test_feed_failures_are_mapped(router: respx.Router, response: object, error:
     with pytest.raises(error) as caught:
         asyncio.run(LiveChanges(_feed_reader()).changes(incident=fake_incident(), service=None, before_min=60))
     assert caught.value.source == "changes:deploys"  # type: ignore[attr-defined]
+
+
+def test_feed_rollouts_carry_their_steps_and_pods_like_a_recording(router: respx.Router) -> None:
+    rec, _ = load(INCIDENTS / "cart-rollout-beside-clean-search")
+    incident = open_incident(rec.alert, window=rec.window, baseline=rec.baseline, id=rec.slug)
+    items = [
+        {
+            "uid": c.id,
+            "started": c.ts.isoformat(),
+            "app": c.service,
+            "type": c.kind,
+            "title": c.summary,
+            "by": c.author,
+            "patch": c.diff,
+            "versions": {"old": c.from_version, "new": c.to_version},
+            **({"finished": c.end.isoformat()} if c.end else {}),
+            **(
+                {
+                    "stages": [
+                        {"at": s.ts.isoformat(), "index": s.index, "weight": s.weight, "pods": s.pods} for s in c.steps
+                    ]
+                }
+                if c.steps
+                else {}
+            ),
+            **({"replicas": c.pods} if c.pods else {}),
+        }
+        for c in rec.changes
+    ]
+    router.get(f"{FEED}/deploys").mock(return_value=httpx.Response(200, json=items))
+    reader = HttpChangesReader(
+        httpx.AsyncClient(base_url=FEED),
+        name="tracker",
+        query=FeedQuery(path="/deploys"),
+        fields=FeedFields(
+            id="uid",
+            ts="started",
+            kind="type",
+            end="finished",
+            service="app",
+            summary="title",
+            author="by",
+            diff="patch",
+            from_version="versions.old",
+            to_version="versions.new",
+            steps="stages",
+            step_ts="at",
+            pods="replicas",
+        ),
+    )
+    got = asyncio.run(LiveChanges(reader).changes(incident=incident, service=None, before_min=60))
+    want = asyncio.run(ReplayChanges(rec).changes(incident=incident, service=None, before_min=60))
+    assert got == want
+    (cart,) = [c for c in got.changes if c.service == "cart-service"]
+    assert len(cart.steps) == 2 and cart.pods["6.3.0"] and cart.steps[0].weight == 33

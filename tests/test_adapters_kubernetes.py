@@ -165,8 +165,10 @@ def test_rollout_history_is_a_config_change_with_the_template_lines_and_the_pods
     assert change.diff is not None
     assert "-containers(cart-service).resources.limits.memory: 512Mi" in change.diff.splitlines()
     assert "+containers(cart-service).resources.limits.memory: 256Mi" in change.diff.splitlines()
-    pods = change.model_extra["pods"]  # type: ignore[index]
-    assert len(pods["revision 6"]) == 3 and pods["revision 5"] == []
+    assert len(change.pods["revision 6"]) == 3 and change.pods["revision 5"] == []
+    # the new ReplicaSet's pods, by when they were created, are the rollout's steps
+    assert sorted(p for s in change.steps for p in s.pods) == change.pods["revision 6"]
+    assert change.steps[-1].weight == 100.0
     assert change.author == "platform-rightsizer"
 
 

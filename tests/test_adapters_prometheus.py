@@ -346,3 +346,33 @@ def test_record_writes_a_recorded_incident_that_replays(server: str, recording: 
     assert replayed.suspects and replayed.incident.window == report.incident.window
     changes = [json.loads(line) for line in (out / "changes.jsonl").read_text().splitlines()]
     assert changes[0]["service"] == "order-service" and "+  max-threads: 4" in changes[0]["diff"]
+
+
+@pytest.fixture(scope="module")
+def rollout_recording() -> Recording:
+    from tests.conftest import INCIDENTS
+
+    rec, _ = load(INCIDENTS / "inventory-rollout-metrics-only")
+    return rec
+
+
+def test_live_version_comparison_matches_replay_with_pods_named_by_the_rollout(
+    rollout_recording: Recording, tmp_path: Path
+) -> None:
+    # The series carry pod names but no version: only the rollout's record says which pod runs which.
+    from opsagent.analysis.changes import change_records
+
+    incident = _incident(rollout_recording)
+    catalog = default_catalog().merged(rollout_recording.signals)
+    (rollout,) = [
+        c
+        for c in change_records(rollout_recording.changes, incident=incident, service=None, before_min=60).changes
+        if c.service == "inventory-service"
+    ]
+    replay = replay_sources(rollout_recording, catalog).metrics
+    assert replay is not None
+    with prometheus(rollout_recording, tmp_path) as srv:
+        live = LiveMetrics(_reader(srv.url), catalog=catalog)
+        got = asyncio.run(live.versions(incident=incident, service="inventory-service", rollout=rollout))
+    want = asyncio.run(replay.versions(incident=incident, service="inventory-service", rollout=rollout))
+    assert got == want and got.verdict == "worse" and got.new_pods

@@ -85,6 +85,15 @@ def test_replay_prints_a_scoreboard_as_json() -> None:
     assert result.exit_code == 0, result.output
     board = json.loads(result.stdout)
     assert board["ac1"] == 1.0 and board["incidents"][0]["hit1"] is True
+    # the change that caused it, scored beside the service: the first change the report ranks
+    assert board["change_at_1"] == 1.0 and board["with_changes"] == 1
+    assert board["incidents"][0]["change_rank"] == 1
+
+
+def test_replay_scoreboard_says_where_the_true_change_ranked() -> None:
+    result = runner.invoke(app, ["replay", str(INCIDENTS / "cart-rollout-beside-clean-search")])
+    assert result.exit_code == 0, result.output
+    assert "change@1 1.000  change@3 1.000 (1)" in result.output and "#1" in result.output
 
 
 # ---------------------------------------------------------------- lessons and feedback

@@ -1,5 +1,5 @@
 from opsagent.judge import judge
-from opsagent.models import Action, Evidence, MetricsData, Observation, SourceKind, TracesData
+from opsagent.models import Action, Evidence, MetricsData, Observation, SourceKind, TracesData, VersionsData
 
 
 def _obs(oid: str, source: SourceKind) -> Observation:
@@ -51,3 +51,25 @@ def test_metrics_only_shop_earns_probable_never_confirmed() -> None:
 def test_repeated_evidence_counts_once() -> None:
     same = [ev("m-1", SourceKind.metrics), ev("m-1", SourceKind.metrics)]
     assert judge(same, OBS, available={SourceKind.metrics}).status == "inconclusive"
+
+
+def _versions(oid: str) -> Observation:
+    data = VersionsData(service="adservice", verdict="worse", reason="v2 fails")
+    return Observation(
+        id=oid, action=Action(tool="metrics.versions"), source=SourceKind.versions, data=data, text="", tokens=1
+    )
+
+
+def test_the_version_comparison_is_its_own_kind_of_evidence_beside_metrics() -> None:
+    # A metrics-only shop: the canary comparison (same minutes, same traffic, two versions) and a
+    # before/after shift of the service's metrics are two kinds of evidence.
+    seen = {**OBS, "v-1": _versions("v-1")}
+    both = [ev("v-1", SourceKind.versions), ev("m-1", SourceKind.metrics)]
+    assert judge(both, seen, available={SourceKind.metrics}).status == "confirmed"
+    # ...but the comparison does not make a one-source environment a two-source one
+    two_metrics = [ev("m-1", SourceKind.metrics, check="a"), ev("m-2", SourceKind.metrics, check="b")]
+    assert judge(two_metrics, seen, available={SourceKind.metrics, SourceKind.versions}).status == "probable"
+    # and a comparison cited as metrics is cited under the wrong kind
+    assert judge([ev("v-1", SourceKind.metrics), ev("t-1", SourceKind.traces)], seen, available=ALL).status == (
+        "inconclusive"
+    )

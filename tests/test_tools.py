@@ -69,3 +69,38 @@ def test_failing_sources_are_named_and_do_not_raise() -> None:
     assert "KeyError" in box.unreadable["changes:buggy"]
     assert "0.2 s" in box.unreadable["traces:hanging"]
     assert "no metrics source" in box.unreadable["metrics"]
+
+
+def _rollout_toolbox(**override: object) -> Toolbox:
+    from adapters.replay import replay_sources
+    from opsagent.fixtures import load
+    from opsagent.incident import open_incident
+    from tests.conftest import INCIDENTS
+
+    recording, _ = load(INCIDENTS / "cart-rollout-beside-clean-search")
+    sources = replay_sources(recording, default_catalog())
+    for kind, source in override.items():
+        setattr(sources, kind, source)
+    found = open_incident(recording.alert, window=recording.window, baseline=recording.baseline, id="i")
+    return Toolbox(sources=sources, catalog=default_catalog(), incident=found, timeout_s=2.0)
+
+
+def test_the_version_comparison_reads_the_rollout_and_is_evidence_of_its_own_kind() -> None:
+    from opsagent.models import ChangesData, SourceKind, VersionsData
+
+    box = _rollout_toolbox()
+    obs = asyncio.run(box.call(Action(tool="metrics.versions", args={"service": "cart-service"})))
+    assert obs.source == SourceKind.versions and isinstance(obs.data, VersionsData)
+    assert obs.data.change_id == "roll-cart-630" and obs.data.verdict == "worse"
+    # the rollout came from a call of its own, kept among the observations like any other
+    (asked,) = [o for o in box.observations.values() if isinstance(o.data, ChangesData)]
+    assert asked.action.args == {"service": "cart-service", "before_min": 60} and box.calls == 2
+
+
+def test_with_the_change_source_dead_versions_are_told_apart_by_their_labels() -> None:
+    from opsagent.models import VersionsData
+
+    box = _rollout_toolbox(changes=BuggyChanges())
+    obs = asyncio.run(box.call(Action(tool="metrics.versions", args={"service": "cart-service"})))
+    assert isinstance(obs.data, VersionsData) and obs.data.verdict == "worse" and obs.data.change_id is None
+    assert "changes:buggy" in box.unreadable  # the source it could not read is named

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from opsagent.analysis.versions import compare_versions
 from opsagent.fixtures import MetricSeries
-from opsagent.models import Incident, Symptom, TimeRange
+from opsagent.models import ChangeRecord, Incident, RolloutStep, Symptom, TimeRange
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -87,3 +87,94 @@ def test_a_few_milliseconds_of_a_fresh_pod_are_not_a_regression() -> None:
 def test_one_version_only_is_nothing_to_compare() -> None:
     found = compare_versions([_old("ad-v1-a", 100)], service="adservice", incident=_incident())
     assert found.verdict == "unknown" and found.new_version is None
+
+
+# ---------------------------------------------------------------- with the rollout's record
+
+
+def _rollout(pods: dict[str, list[str]] | None = None, steps: tuple[int, ...] = (12,)) -> ChangeRecord:
+    return ChangeRecord(
+        id="roll-ad",
+        ts=T0 + timedelta(minutes=11),
+        service="adservice",
+        kind="rollout",
+        summary="adservice v2",
+        from_version="v1",
+        to_version="v2",
+        minutes_before_onset=1,
+        steps=[RolloutStep(ts=T0 + timedelta(minutes=m)) for m in steps],
+        pods=pods or {},
+    )
+
+
+def _unlabelled(series: MetricSeries) -> MetricSeries:
+    return series.model_copy(update={"labels": {k: v for k, v in series.labels.items() if k != "version"}})
+
+
+def test_the_rollouts_pods_of_each_version_place_series_that_carry_no_version() -> None:
+    new = _unlabelled(_pod("ad-b", "v2", {m: 30.0 + m % 4 for m in range(12, 20)}))
+    old = [_unlabelled(_old("ad-a", 100)), _unlabelled(_old("ad-c", 100))]
+    rollout = _rollout({"v1": ["ad-a", "ad-c"], "v2": ["ad-b"]})
+    found = compare_versions([*old, new], service="adservice", incident=_incident(), rollout=rollout)
+    assert found.verdict == "worse" and found.change_id == "roll-ad"
+    assert (found.new_version, found.old_version) == ("v2", "v1") and found.new_pods == ["ad-b"]
+    assert found.started == rollout.ts
+    # without the record, nothing says which pod runs which version
+    assert compare_versions([*old, new], service="adservice", incident=_incident()).verdict == "unknown"
+
+
+def test_a_new_version_that_reports_nothing_is_unseen_once_it_should_have() -> None:
+    old = [_old("ad-a", 100), _old("ad-c", 100)]
+    found = compare_versions(old, service="adservice", incident=_incident(), rollout=_rollout(steps=(12,)))
+    assert found.verdict == "unseen" and found.new_version == "v2" and found.old_version == "v1"
+    assert "v2 reports no sample 7 min after its rollout's first step at 12:12" in found.reason
+    # a minute after its first step, silence says nothing yet
+    soon = compare_versions(old, service="adservice", incident=_incident(), rollout=_rollout(steps=(18,)))
+    assert soon.verdict == "unknown" and "reported nothing yet" in soon.reason
+
+
+def test_a_rollout_naming_versions_no_series_carries_is_not_unseen() -> None:
+    old = [_old("ad-a", 100)]
+    rollout = _rollout().model_copy(update={"from_version": "1.4.0", "to_version": "1.5.0"})
+    found = compare_versions(old, service="adservice", incident=_incident(), rollout=rollout)
+    assert found.verdict == "unknown" and "which no series names" in found.reason
+
+
+def test_a_callers_view_of_its_calls_carries_the_callers_version_not_the_callees() -> None:
+    # the frontend's v2 sidecar sees adservice fail: that is no version of adservice
+    caller_side = _pod("frontend-v2-x", "v2", {m: 30.0 for m in range(12, 20)}).model_copy(
+        update={
+            "labels": {
+                "__name__": "edge_success_rate_percent",
+                "service": "frontend",
+                "pod": "frontend-v2-x",
+                "version": "v2",
+                "caller": "frontend",
+                "callee": "adservice",
+                "side": "source",
+            }
+        }
+    )
+    found = compare_versions([_old("ad-a", 100), caller_side], service="adservice", incident=_incident())
+    assert found.verdict == "unknown" and found.new_version is None
+
+
+def test_series_with_no_version_are_counted_and_left_out() -> None:
+    new = _pod("ad-v2-a", "v2", {m: 100.0 for m in range(12, 20)})
+    stray = _unlabelled(_old("ad-x", 100))
+    found = compare_versions([_old("ad-v1-a", 100), stray, new], service="adservice", incident=_incident())
+    assert found.notes == ["1 series of pods of adservice carry no version, nor name a pod of a known one"]
+
+
+def test_a_shift_every_pod_makes_while_new_pods_replace_old_ones_is_no_version_s() -> None:
+    # Errors rise for every pod from minute 14 (a dependency fails); new pods replace old ones over time,
+    # so most old samples are from before the rise and most new ones after it.
+    def level(m: int) -> float:
+        return 95.0 if m >= 14 else 100.0
+
+    olds = [_pod(f"ad-v1-{i}", "v1", {m: level(m) + (m % 3) * 0.1 for m in range(10, 12 + 2 * i)}) for i in range(4)]
+    news = [_pod(f"ad-v2-{i}", "v2", {m: level(m) + (m % 2) * 0.1 for m in range(12 + 2 * i, 20)}) for i in range(4)]
+    found = compare_versions([*olds, *news], service="adservice", incident=_incident())
+    assert found.verdict == "no_worse", found.reason
+    (success,) = found.comparisons
+    assert success.minutes >= 5 and success.old_median > success.new_median  # pooled, the new looks worse

@@ -1,12 +1,18 @@
 """Canary analysis: the new version's pods of a service against its old version's, same minutes.
 
-A rollout in progress runs two versions side by side, serving the same traffic. Where series carry
-a version label, each metric of the new version's pods is compared with the old version's over the
-minutes both ran, with a nonparametric test fit for a handful of one-minute samples (Mann-Whitney U,
-as Kayenta does; from SciPy). A new version that fails more, or is slower by a margin that counts,
-is strong evidence against its change; one that behaves like the old is evidence for its innocence.
-Resource figures (CPU, memory) of freshly started pods differ from warm ones as a rule, so they are
-reported but never decide. No I/O here.
+A rollout in progress runs two versions side by side, serving the same traffic. Each metric of the
+new version's pods is compared with the old version's over the minutes both ran, with a
+nonparametric test fit for a handful of one-minute samples (Mann-Whitney U, as Kayenta does; from
+SciPy). A new version that fails more, or is slower by a margin that counts, is strong evidence
+against its change; one that behaves like the old is evidence for its innocence; one its rollout
+says is running but that reports nothing while the old version does cannot be cleared (its pods
+are not ready, crash, or are not scraped), which says the rollout is not well either.
+
+Which version a series belongs to comes from its version label, else from the rollout's record of
+the pods of each version; which version is new comes from the rollout (its to-version), else from
+which version appeared last. Only series the service's own pods emit count: a caller's view of its
+calls carries the caller's version, not the callee's. Resource figures (CPU, memory) of freshly
+started pods differ from warm ones as a rule, so they are reported but never decide. No I/O here.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from typing import Literal
 
 from scipy.stats import mannwhitneyu
 
-from opsagent.analysis.series import min_effect, side_of
+from opsagent.analysis.changes import moves
+from opsagent.analysis.series import SERVICE_LABELS, min_effect, rollup, side_of
 from opsagent.fixtures import MetricSeries, SignalDef, unix
-from opsagent.models import Incident, VersionComparison, VersionsData
+from opsagent.models import ChangeRecord, Incident, VersionComparison, VersionsData
 from opsagent.naming import bad_way, meaning_of, unit_of
 from opsagent.stats import ts
 
@@ -36,6 +43,10 @@ SLOWER_RATIO, FRESH_POD_MARGIN = 2.0, 2.0
 #: Fewer samples of either version than this, and a metric is not compared; fewer samples of the
 #: new version than NO_WORSE_SAMPLES, and "no worse" is not concluded.
 MIN_SAMPLES, NO_WORSE_SAMPLES = 3, 5
+#: A new version its rollout says runs, with no sample this many minutes after the rollout's first
+#: step while the old version's pods report, is unseen: a pod reports within a scrape interval or two
+#: of starting, so minutes of silence mean its pods are not serving or not measured.
+UNSEEN_AFTER_MIN = 3.0
 #: Labels that name a pod (a sample per pod and minute).
 POD_LABELS = ("pod", "instance", "pod_name")
 
@@ -48,6 +59,20 @@ def pod_of(labels: dict[str, str]) -> str:
     return next((labels[k] for k in POD_LABELS if labels.get(k)), "")
 
 
+def emitted_by(labels: dict[str, str], service: str) -> bool:
+    """Whether the service's own pods emitted a series: its workload label or its pod names it. A
+    caller's side of a call edge (its sidecar's view) is the caller's, whatever the callee."""
+    named = next((labels[k] for k in SERVICE_LABELS if labels.get(k)), None)
+    if named is not None:
+        return named == service
+    pod = pod_of(labels)
+    if pod:
+        return rollup(pod.split(":")[0], {service}) == service
+    if "callee" in labels:
+        return (labels.get("caller") if side_of(labels) == "client" else labels["callee"]) == service
+    return True
+
+
 @dataclass(frozen=True)
 class _Key:
     metric: str
@@ -56,29 +81,41 @@ class _Key:
     side: Literal["client", "server"] | None
 
 
-def compare_versions(series: Sequence[MetricSeries], *, service: str, incident: Incident) -> VersionsData:
-    """Compare the versions the service's series carry, over the incident's window."""
-    labelled = [s for s in series if version_of(s.labels) and not s.name.startswith("node_")]
-    versions = sorted({v for s in labelled if (v := version_of(s.labels))})
-    if len(versions) < 2:
-        reason = "no series of it carries a version label" if not versions else f"only version {versions[0]} runs"
-        return VersionsData(service=service, reason=reason)
+def compare_versions(
+    series: Sequence[MetricSeries], *, service: str, incident: Incident, rollout: ChangeRecord | None = None
+) -> VersionsData:
+    """Compare the versions the service's series run, over the incident's window; ``rollout``, the
+    service's rollout in the window where the change sources know one, names the new and the old
+    version and the pods of each."""
+    pod_version = {pod: v for v, pods in (rollout.pods if rollout else {}).items() for pod in pods}
+    own = [s for s in series if emitted_by(s.labels, service) and not s.name.startswith("node_")]
+    labelled: list[tuple[MetricSeries, str]] = []
+    unversioned = 0
+    for s in own:
+        version = version_of(s.labels) or pod_version.get(pod_of(s.labels))
+        if version is not None:
+            labelled.append((s, version))
+        elif pod_of(s.labels):  # a pod's series that could not be placed (a service's aggregates cannot be)
+            unversioned += 1
+    notes = [f"{unversioned} series of pods of {service} carry no version, nor name a pod of a known one"]
+    notes = notes if unversioned else []
+    change_id = rollout.id if rollout else None
     start, end = unix(incident.window.start), unix(incident.window.end)
     first_seen = {
-        v: min(
-            (t for s in labelled if version_of(s.labels) == v for t, _ in s.samples if start <= t <= end), default=end
-        )
-        for v in versions
+        v: min((t for s, sv in labelled if sv == v for t, _ in s.samples if start <= t <= end), default=end)
+        for v in {v for _, v in labelled}
     }
-    new = max(versions, key=lambda v: (first_seen[v], v))
-    old = [v for v in versions if v != new]
+    versions = sorted(first_seen)
+    new, old = _new_and_old(versions, first_seen, rollout, notes)
+    if new is None or not old:
+        return _nothing_to_compare(service, versions, rollout, labelled, notes, change_id)
     since = first_seen[new]
     by_key: dict[_Key, dict[str, list[MetricSeries]]] = defaultdict(lambda: defaultdict(list))
-    for s in labelled:
-        side = side_of(s.labels)
-        by_key[_Key(s.name, s.labels.get("caller", ""), s.labels.get("callee", ""), side)][
-            "new" if version_of(s.labels) == new else "old"
-        ].append(s)
+    for s, version in labelled:
+        if version != new and version not in old:
+            continue
+        key = _Key(s.name, s.labels.get("caller", ""), s.labels.get("callee", ""), side_of(s.labels))
+        by_key[key]["new" if version == new else "old"].append(s)
     comparisons = [
         c
         for key in sorted(by_key, key=lambda k: (k.metric, k.caller, k.callee, k.side))
@@ -87,6 +124,7 @@ def compare_versions(series: Sequence[MetricSeries], *, service: str, incident: 
     decisive = [c for c in comparisons if c.meaning in ("errors", "latency")]
     worse = [c for c in decisive if c.worse]
     new_samples = max((c.new_samples for c in decisive), default=0)
+    verdict: Literal["worse", "no_worse", "unknown"]
     if worse:
         verdict, reason = "worse", "; ".join(_text(c) for c in worse[:3])
     elif decisive and new_samples >= NO_WORSE_SAMPLES:
@@ -97,40 +135,130 @@ def compare_versions(series: Sequence[MetricSeries], *, service: str, incident: 
     else:
         verdict = "unknown"
         reason = "no error or latency figure to compare" if not decisive else f"{new} has {new_samples} samples so far"
-    pods = {v: sorted({pod_of(s.labels) for s in labelled if version_of(s.labels) == v} - {""}) for v in versions}
+    pods = _pods(labelled, rollout)
     return VersionsData(
         service=service,
+        change_id=change_id,
         new_version=new,
         old_version=", ".join(old),
+        started=rollout.ts if rollout else ts(since),
         since=ts(since),
-        new_pods=pods[new],
-        old_pods=sorted(p for v in old for p in pods[v]),
+        new_pods=pods.get(new, []),
+        old_pods=sorted(p for v in old for p in pods.get(v, [])),
         comparisons=comparisons,
         verdict=verdict,
         reason=reason,
+        notes=notes,
     )
 
 
+def _new_and_old(
+    versions: list[str], first_seen: dict[str, float], rollout: ChangeRecord | None, notes: list[str]
+) -> tuple[str | None, list[str]]:
+    """The new version and the old ones: the rollout's to- and from-version where the series run them,
+    else the version that appeared last and the others."""
+    if rollout is not None and rollout.to_version in first_seen:
+        new = rollout.to_version
+        old = [v for v in versions if v == rollout.from_version] or [v for v in versions if v != new]
+        return new, old
+    if rollout is not None and rollout.to_version and rollout.from_version in first_seen:
+        return None, [rollout.from_version]  # the rollout's new version reports nothing
+    if rollout is not None and rollout.to_version and len(versions) >= 2:
+        notes.append(f"no series runs {rollout.to_version} by name: the version that appeared last counts as new")
+    if len(versions) < 2:
+        return (None, versions)
+    new = max(versions, key=lambda v: (first_seen[v], v))
+    return new, [v for v in versions if v != new]
+
+
+def _nothing_to_compare(
+    service: str,
+    versions: list[str],
+    rollout: ChangeRecord | None,
+    labelled: list[tuple[MetricSeries, str]],
+    notes: list[str],
+    change_id: str | None,
+) -> VersionsData:
+    """One version only: the rollout's new version unseen (it should run, and reports nothing), or
+    nothing to compare."""
+    pods = _pods(labelled, rollout)
+    if rollout is not None and rollout.to_version and rollout.from_version in versions:
+        first_step = moves(rollout)[1] if rollout.steps else rollout.ts
+        last = max((t for s, _ in labelled for t, _ in s.samples), default=0.0)
+        silent_min = (last - unix(first_step)) / 60
+        base = dict(
+            service=service,
+            change_id=change_id,
+            new_version=rollout.to_version,
+            old_version=", ".join(versions),
+            started=rollout.ts,
+            new_pods=pods.get(rollout.to_version, []),
+            old_pods=sorted(p for v in versions for p in pods.get(v, [])),
+            notes=notes,
+        )
+        if silent_min >= UNSEEN_AFTER_MIN:
+            reason = (
+                f"{rollout.to_version} reports no sample {silent_min:.0f} min after its rollout's first step at "
+                f"{ts(unix(first_step)):%H:%M}, while {', '.join(versions)} does: its pods are not serving or not "
+                "measured, so it could not be compared"
+            )
+            return VersionsData(**base, verdict="unseen", reason=reason)
+        reason = f"{rollout.to_version} has reported nothing yet ({silent_min:.0f} min after its first step)"
+        return VersionsData(**base, verdict="unknown", reason=reason)
+    reason = "no series of it carries a version label" if not versions else f"only version {versions[0]} runs"
+    if rollout is not None and rollout.to_version and versions:
+        reason += f"; its rollout moves {rollout.from_version} -> {rollout.to_version}, which no series names"
+    return VersionsData(service=service, change_id=change_id, reason=reason, notes=notes)
+
+
+def _pods(labelled: list[tuple[MetricSeries, str]], rollout: ChangeRecord | None) -> dict[str, list[str]]:
+    """The pods of each version: those the series name, and those the rollout's record names."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for s, version in labelled:
+        if pod_of(s.labels):
+            out[version].add(pod_of(s.labels))
+    for version, names in (rollout.pods if rollout else {}).items():
+        out[version].update(names)
+    return {v: sorted(p) for v, p in out.items()}
+
+
 def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, end: float) -> VersionComparison | None:
+    """One metric, new version against old, over the minutes both report. Each minute's values are
+    aligned on the old version's median that minute before they are ranked (aligned ranks, after
+    Hodges and Lehmann, with the old version as each minute's control): a shift every pod makes at
+    once (the incident itself, a daily peak) is the minute's, not a version's, and a rollout that
+    replaces old pods with new ones over time would otherwise compare early minutes with late ones."""
     new_series = sides.get("new", [])
-    new_points = [(t, v) for s in new_series for t, v in s.samples if since <= t <= end]
-    old_points = [
-        (t, v)
-        for s in sides.get("old", [])
-        for t, v in s.samples
-        if since <= t <= end and not any(_carries(s, n, t) for n in new_series)
-    ]
-    if len(new_points) < MIN_SAMPLES or len(old_points) < MIN_SAMPLES:
+    new_at: dict[int, list[float]] = defaultdict(list)
+    old_at: dict[int, list[float]] = defaultdict(list)
+    for s in new_series:
+        for t, v in s.samples:
+            if since <= t <= end:
+                new_at[_minute(t)].append(v)
+    for s in sides.get("old", []):
+        for t, v in s.samples:
+            if since <= t <= end and not any(_carries(s, n, t) for n in new_series):
+                old_at[_minute(t)].append(v)
+    minutes = sorted(set(new_at) & set(old_at))
+    a = [v for m in minutes for v in new_at[m]]
+    b = [v for m in minutes for v in old_at[m]]
+    if len(minutes) < MIN_SAMPLES or len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
         return None
-    a, b = [v for _, v in new_points], [v for _, v in old_points]
-    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue) if len(set(a) | set(b)) > 1 else 1.0
+    centre = {m: median(old_at[m]) for m in minutes}
+    aligned_a = [v - centre[m] for m in minutes for v in new_at[m]]
+    aligned_b = [v - centre[m] for m in minutes for v in old_at[m]]
+    spread = len(set(aligned_a) | set(aligned_b)) > 1
+    p = float(mannwhitneyu(aligned_a, aligned_b, alternative="two-sided").pvalue) if spread else 1.0
     new_m, old_m = median(a), median(b)
     meaning, way, unit = meaning_of(key.metric), bad_way(key.metric), unit_of(key.metric)
     floor = min_effect(SignalDef(query=key.metric, unit=unit))
-    gap = new_m - old_m if way == "up" else old_m - new_m if way == "down" else 0.0
+    # How much worse, minute by minute: the median of each minute's difference between the versions.
+    step = median(median(new_at[m]) - median(old_at[m]) for m in minutes)
+    gap = step if way == "up" else -step if way == "down" else 0.0
     worse = p < SIGNIFICANT_P and gap > 0 and gap >= floor
     if worse and meaning == "latency":
-        worse = new_m >= SLOWER_RATIO * max(old_m, floor) and gap >= FRESH_POD_MARGIN * floor
+        ratio = median(median(new_at[m]) / max(median(old_at[m]), floor, 1e-12) for m in minutes)
+        worse = ratio >= SLOWER_RATIO and gap >= FRESH_POD_MARGIN * floor
     return VersionComparison(
         metric=key.metric,
         meaning=meaning,
@@ -142,9 +270,15 @@ def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, e
         old_median=old_m,
         new_samples=len(a),
         old_samples=len(b),
+        minutes=len(minutes),
         p_value=p,
         worse=worse and meaning != "resources",
     )
+
+
+def _minute(t: float) -> int:
+    """The minute a sample belongs to: samples of one scrape land within seconds of each other."""
+    return int(t // 60)
 
 
 def _carries(old: MetricSeries, new: MetricSeries, at: float) -> bool:

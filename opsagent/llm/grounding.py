@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from opsagent.models import Evidence, Hypothesis, Incident, Observation, SourceKind
-from opsagent.playbooks import Check, Context, Expectation, Playbook, evaluate, service_pattern
+from opsagent.playbooks import Check, Expectation, Playbook, context_for, evaluate, service_pattern
 from opsagent.reasoner import action_of
 
 Stance = Literal["supports", "refutes"]
@@ -74,7 +74,7 @@ class Rules:
     ) -> Grounded:
         evidence: list[Evidence] = []
         notes: list[str] = []
-        ctx = Context(incident=incident, service=hypothesis.component)
+        ctx = context_for(incident, hypothesis.component, observations)
         for claim in claims:
             obs = observations.get(claim.observation_id)
             if obs is None:
