@@ -1,0 +1,56 @@
+"""The ``opsagent`` command line (typer + rich): one module per command group, sharing the consoles,
+exit codes and errors of :mod:`opsagent.cli.common` and the options of :mod:`opsagent.cli.options`.
+
+    investigate, demo        opsagent.cli.investigate
+    investigations …         opsagent.cli.investigations
+    replay                   opsagent.cli.replay
+    lessons …, feedback      opsagent.cli.lessons
+    fixtures …, playbooks …  opsagent.cli.fixtures
+    doctor, record           opsagent.cli.sources
+    alerts                   opsagent.cli.alerts
+    prompts                  opsagent.llm.cli
+    serve                    opsagent.service.cli
+
+Exit codes (:class:`opsagent.cli.common.ExitCode`): 0 done with the answer asked for, 1 an internal
+failure, 2 bad input, 3 ran to the end without the answer (an inconclusive investigation, sources
+that need attention). User errors never show a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from opsagent.cli import alerts, fixtures, investigate, lessons, replay, sources
+from opsagent.cli.common import fail
+from opsagent.llm.cli import register as register_prompts
+from opsagent.logconfig import configure
+from opsagent.service.cli import register as register_serve
+
+app = typer.Typer(
+    help="Incident root-cause analysis for on-call engineers. Read-only.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    # click's own help layout: plain text that fits 80 columns, and no value placeholder on flags
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def main(
+    log_level: Annotated[
+        str, typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning, error")
+    ] = "warning",
+) -> None:
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        fail(f"unknown log level {log_level!r}")
+    configure(level=log_level)
+
+
+for group in (investigate, replay, lessons, fixtures, sources, alerts):
+    group.register(app)
+register_prompts(app)
+register_serve(app)
+
+__all__ = ["app"]
