@@ -39,6 +39,7 @@ from opsagent.models import (
     SeriesStats,
     TracesData,
 )
+from opsagent.observations import times
 from opsagent.playbooks import Context, Expectation, evaluate, family_counts, new_error_templates
 from opsagent.stats import shortfall_ratio
 
@@ -148,7 +149,7 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
             continue
         shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
         mag = ranking.metric_weight(shortfall or s.mean_ratio)
-        ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else ""
+        ratio = times(s.mean_ratio) if s.mean_ratio is not None else ""
         if s.scope in ("node", "outbound"):
             # The node's figure (shared by every pod on it), or the component's view of its calls
             # (its dependencies' doing): context, not the component's own anomaly.

@@ -132,6 +132,7 @@ class Change(BaseModel):
     to_version: str | None = None
     author: str | None = None
     diff: str | None = None
+    url: str | None = Field(default=None, description="where the change can be read: a commit or deploy page")
 
 
 class Span(BaseModel):

@@ -1,15 +1,40 @@
-"""Rendering a report: terminal (rich), Markdown and JSON. Pure presentation, no analysis."""
+"""Rendering a report: terminal text (rich), Markdown and JSON, and the search tree in each. Pure
+presentation, no analysis.
+
+The terminal and the Markdown say the same facts in the same order (the HTML page, in
+:mod:`opsagent.service.pages`, adds charts). Every cell reaches the terminal as
+:class:`rich.text.Text`, never as markup: ``[chg-5c1e7a2]`` and ``log:new:tls`` are data. The
+terminal report fits the console's width (80 columns on a plain terminal); a URL is the one thing
+printed whole on a line of its own, since a URL cut in two opens nothing.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console, Group
-from rich.panel import Panel
+from collections.abc import Iterable
+from datetime import datetime
+
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
-from opsagent.models import Report
+from opsagent.models import (
+    HypothesisResult,
+    Lesson,
+    LessonUse,
+    Report,
+    SearchNode,
+    SearchRound,
+    SearchTree,
+    StopReason,
+)
 
 _STYLE = {"confirmed": "bold green", "probable": "yellow", "inconclusive": "bold red", "refuted": "red"}
+_MARK = {"confirmed": "✓", "probable": "~", "refuted": "✗", "inconclusive": "?"}
+
+#: The JSON report's schema version: raised when a field changes meaning or goes (README, JSON report).
+REPORT_SCHEMA_VERSION = 1
 
 
 def to_json(report: Report, *, observations: bool = False) -> str:
@@ -17,7 +42,20 @@ def to_json(report: Report, *, observations: bool = False) -> str:
     return report.model_dump_json(indent=2, exclude=exclude)
 
 
-def _headline(report: Report) -> str:
+# ---------------------------------------------------------------- facts every form says alike
+
+
+def when(ts: datetime) -> str:
+    """A moment with its date and zone: 2026-03-17 14:03:00 UTC."""
+    return f"{ts:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def clock_on(ts: datetime, day: datetime) -> str:
+    """The time of day, with the date when it is not ``day``'s (the timeline's heading gives that)."""
+    return f"{ts:%H:%M:%S}" if ts.date() == day.date() else f"{ts:%Y-%m-%d %H:%M:%S}"
+
+
+def headline(report: Report) -> str:
     rc = report.root_cause
     if rc is None:
         return "INCONCLUSIVE — needs a human"
@@ -44,137 +82,388 @@ def model_summary(report: Report) -> str | None:
     return line
 
 
-def to_markdown(report: Report) -> str:
-    inc = report.incident
-    lines = [
-        f"# {inc.title}",
-        "",
-        f"- incident: `{inc.id}` · services: {', '.join(inc.services)} · symptom: {inc.symptom.value}",
-        f"- onset: {inc.onset:%Y-%m-%d %H:%M:%S} UTC · strategy: {report.strategy}",
-        "",
-        f"## {_headline(report)}",
-        "",
-        report.statement,
-        "",
-    ]
-    if report.evidence:
-        lines += ["## Evidence", ""]
-        lines += [f"- `{e.observation_id}` ({e.source.value}) {e.statement}" for e in report.evidence]
-        lines.append("")
-    if report.timeline:
-        lines += ["## Timeline", ""]
-        lines += [f"- {e.ts:%H:%M:%S} {e.kind}: {e.what}" for e in report.timeline]
-        lines.append("")
-    refuted = report.refuted
-    if refuted:
-        lines += ["## Ruled out", ""]
-        for r in refuted:
-            cites = "; ".join(f"`{e.observation_id}` {e.statement}" for e in r.verdict.refuting)
-            lines.append(f"- **{r.hypothesis.kind}** on {r.hypothesis.component}: {cites}")
-        lines.append("")
-    others = [
-        r for r in report.results if r.verdict.status not in ("refuted",) and r.verdict.supporting != report.evidence
-    ]
-    if others:
-        lines += ["## Other hypotheses", ""]
-        lines += [
-            f"- {r.hypothesis.kind} on {r.hypothesis.component}: {r.verdict.status} ({r.verdict.reason})"
-            for r in others
-        ]
-        lines.append("")
-    lines += ["## Suspects", "", "| # | component | kind | status | score | why |", "|---|---|---|---|---|---|"]
-    for i, s in enumerate(report.suspects[:8], 1):
-        lines.append(f"| {i} | {s.component} | {s.kind} | {s.status} | {s.score:.3f} | {s.why} |")
-    lines.append("")
-    if report.unreadable_sources:
-        lines += ["## Sources that could not be read", ""]
-        lines += [f"- {k}: {v}" for k, v in report.unreadable_sources.items()]
-        lines.append("")
-    if report.lessons_used:
-        lines += ["## Lessons used", ""]
-        lines += [
-            f"- `{u.lesson_id}` (relevance {u.relevance:.2f}): {'; '.join(u.effects) or 'no effect'}"
-            for u in report.lessons_used
-        ]
-        lines.append("")
-    if report.lessons:
-        lines += ["## Lessons written", ""]
-        lines += [
-            f"- when {le.trigger.condition}: {le.refuted_kind} was refuted by "
-            f"{'; '.join(c.value for c in le.refuting_evidence)}; next time first run `{le.next_action.key()}`"
-            for le in report.lessons
-        ]
-        lines.append("")
-    if report.next_steps:
-        lines += ["## Next steps", ""] + [f"- {s}" for s in report.next_steps] + [""]
-    model = model_summary(report)
-    if model is not None and report.llm is not None:
-        lines += ["## Model", "", model, ""]
-        lines += [f"- {note}" for note in report.llm.notes]
-        lines += [""] if report.llm.notes else []
+def cost_line(report: Report) -> str:
     c = report.cost
-    lines.append(
-        f"_cost: {c.steps} steps, {c.tool_calls} tool calls ({c.cache_hits} cached), "
-        f"~{c.tokens} tokens, {c.wall_ms:.0f} ms_"
+    line = (
+        f"cost: {c.steps} steps, {c.tool_calls} tool calls ({c.cache_hits} cached), "
+        f"~{c.tokens} tokens, {c.wall_ms:.0f} ms · strategy {report.strategy}"
     )
-    return "\n".join(lines) + "\n"
+    return line + (f" · stopped early: {report.budget_exhausted}" if report.budget_exhausted else "")
 
 
-def render(report: Report, console: Console) -> None:
-    head = Text(_headline(report), style=_STYLE.get(report.status, "bold"))
-    body: list[Text | Table] = [head, Text(report.statement)]
+def other_results(report: Report) -> list[HypothesisResult]:
+    """Verified hypotheses that are neither the conclusion nor ruled out."""
+    return [r for r in report.results if r.verdict.status != "refuted" and r.verdict.supporting != report.evidence]
+
+
+def held_back(report: Report) -> list[tuple[str, LessonUse]]:
+    """Hypotheses a stored lesson kept out of the beam (component/kind), with the lesson: the
+    report shows the refutation the lesson carries in place of evidence it did not gather."""
+    return [(what, use) for use in report.lessons_used for what in use.held_back]
+
+
+def held_back_text(what: str, use: LessonUse) -> tuple[str, str]:
+    """(what was not checked, and why) for one hypothesis a lesson held back."""
+    component, _, kind = what.partition("/")
+    where = f" in {use.source_incident}" if use.source_incident else ""
+    refuted = "; ".join(f"{c.observation_id}: {c.value}" for c in use.refutation) or "no refutation recorded"
+    return (
+        f"{kind} on {component}",
+        f"not verified here: lesson {use.lesson_id} lowered it. It was refuted{where} by {refuted}",
+    )
+
+
+def feedback_commands(report: Report) -> list[str]:
+    incident = report.incident.id
+    return [
+        f"opsagent feedback {incident} --correct",
+        f"opsagent feedback {incident} --wrong --root-cause SERVICE/KIND",
+    ]
+
+
+def node_label(node: SearchNode) -> str:
+    """One hypothesis of the search tree in a line: mark, kind, component, score, verdict."""
+    mark = _MARK.get(node.status or "", "·" if not node.verified else "▶")
+    text = f"{mark} {node.kind} on {node.component} · score {node.score:.3f}"
+    if node.status is not None:
+        text += f" · {node.status}"
+        if node.stop_reason is not None and node.stop_reason.budget:
+            text += f" (stopped: {node.stop_reason.value} budget)"
+        elif node.stop_reason is StopReason.no_checks_left and node.status == "inconclusive":
+            text += " (no checks left)"
+        if node.status == "refuted" and node.reason:
+            text += f": {node.reason}"
+        text += f" · {len(node.steps)} step(s)"
+    elif node.verified:
+        text += f" · verifying, {len(node.steps)} step(s)"
+    else:
+        text += " · not verified"
+    return text
+
+
+def beams(search_round: SearchRound) -> tuple[list[tuple[int, list[SearchNode]]], list[SearchNode]]:
+    """A round's verified hypotheses by beam, in order, and those never verified."""
+    by_beam: dict[int, list[SearchNode]] = {}
+    for node in search_round.nodes:
+        if node.beam is not None:
+            by_beam.setdefault(node.beam, []).append(node)
+    return sorted(by_beam.items()), [n for n in search_round.nodes if n.beam is None]
+
+
+def beam_title(number: int, earlier: Iterable[SearchNode]) -> str:
+    if number == 1:
+        return "beam 1"
+    decided = [n for n in earlier if n.status is not None]
+    if decided and not any(n.status in ("confirmed", "probable") for n in decided):
+        return f"beam {number} · backtracking: nothing before it was proven"
+    return f"beam {number} · below what was proven"
+
+
+def triage_line(tree: SearchTree) -> str:
+    ranked = ", ".join(f"{c.component} {c.score:.2f}" for c in tree.components) or "nothing stood out"
+    sources = ", ".join(s.value for s in tree.sources) or "no source could be read"
+    return f"triage: {ranked} (read: {sources})"
+
+
+def lessons_line(tree: SearchTree) -> str | None:
+    if not tree.lessons:
+        return None
+    shown = "; ".join(
+        f"{le.lesson_id} against {le.refuted_kind}" + (f" on {le.component}" if le.component else " (not here)")
+        for le in tree.lessons
+    )
+    return f"lessons recalled: {shown}"
+
+
+def round_title(search_round: SearchRound) -> str:
+    return f"round {search_round.index} · {len(search_round.nodes)} proposed"
+
+
+# ---------------------------------------------------------------- the search tree, for a terminal
+
+
+def search_tree(tree: SearchTree, *, title: str = "Search tree", steps: bool = False, triaging: bool = False) -> Tree:
+    """The search as a rich Tree; ``steps`` lists each hypothesis's calls (the live view, which
+    shows ``triaging`` until triage is done)."""
+    root = Tree(Text(title, style="bold"))
+    root.add(Text("triage: reading every source…" if triaging else triage_line(tree)))
+    recalled = lessons_line(tree)
+    if recalled is not None:
+        root.add(Text(recalled, style="magenta"))
+    for search_round in tree.rounds:
+        branch = root.add(Text(round_title(search_round), style="bold"))
+        verified, waiting = beams(search_round)
+        earlier: list[SearchNode] = []
+        for number, nodes in verified:
+            beam = branch.add(Text(beam_title(number, earlier)))
+            for node in nodes:
+                _node(beam, node, steps=steps)
+            earlier.extend(nodes)
+        if waiting:
+            rest = branch.add(Text(f"not verified ({len(waiting)})", style="dim"))
+            for node in waiting:
+                _node(rest, node, steps=False, waiting=True)
+    return root
+
+
+def _node(parent: Tree, node: SearchNode, *, steps: bool, waiting: bool = False) -> None:
+    label = node_label(node).removesuffix(" · not verified") if waiting else node_label(node)
+    leaf = parent.add(Text(label, style=_STYLE.get(node.status or "", "")))
+    for note in node.lesson_notes:
+        leaf.add(Text(f"lesson {note}", style="magenta"))
+    if steps:
+        for i, action in enumerate(node.steps, 1):
+            leaf.add(Text(f"{i}. {action}", style="dim"))
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def _section(title: str) -> Text:
+    return Text(f"\n{title}", style="bold")
+
+
+def _grid(*ratios: int | None) -> Table:
+    """Columns of text; a column with a ratio takes the width left and wraps."""
+    grid = Table.grid(padding=(0, 1))
+    for ratio in ratios:
+        if ratio is None:
+            grid.add_column(no_wrap=True)
+        else:
+            grid.add_column(ratio=ratio, overflow="fold")
+    return grid
+
+
+def _indented(text: str, style: str = "") -> Padding:
+    """A paragraph two columns in, wrapped there."""
+    return Padding(Text(text, style=style), (0, 0, 0, 2))
+
+
+def _whole(text: str, style: str = "") -> Text:
+    """A URL or a command: printed whole on its line (cut in two, it would open or run nothing)."""
+    return Text(text, style=style, no_wrap=True, overflow="ignore")
+
+
+def renderables(report: Report) -> list[RenderableType]:
+    """The terminal report, top to bottom."""
+    inc = report.incident
+    body: list[RenderableType] = [
+        Text(inc.title, style="bold cyan"),
+        Text(
+            f"incident {inc.id} · services {', '.join(inc.services)} · symptom {inc.symptom.value}\n"
+            f"onset {when(inc.onset)}"
+            + (f" · alert fired {when(inc.alerted_at)}" if inc.alerted_at else "")
+            + f" · strategy {report.strategy}",
+            style="dim",
+        ),
+        Text(f"\n{headline(report)}", style=_STYLE.get(report.status, "bold")),
+        Text(report.statement),
+    ]
     if report.evidence:
-        ev = Table(title="Evidence", show_header=True, expand=True)
-        ev.add_column("obs")
-        ev.add_column("source")
-        ev.add_column("finding", ratio=1)
+        body.append(_section("Evidence"))
+        grid = _grid(None, None, 1)
         for e in report.evidence:
-            ev.add_row(e.observation_id, e.source.value, e.statement)
-        body.append(ev)
+            grid.add_row(Text(e.observation_id), Text(e.source.value), Text(e.statement))
+        body.append(grid)
     if report.timeline:
-        tl = Table(title="Timeline", show_header=False)
+        body.append(_section(f"Timeline — {inc.onset:%Y-%m-%d}, UTC"))
+        grid = _grid(None, None, 1)
         for t in report.timeline:
-            tl.add_row(f"{t.ts:%H:%M:%S}", t.kind, t.what)
-        body.append(tl)
-    if report.refuted:
-        ru = Table(title="Ruled out", expand=True)
-        ru.add_column("hypothesis")
-        ru.add_column("refuted by", ratio=1)
+            grid.add_row(Text(clock_on(t.ts, inc.onset)), Text(t.kind), Text(t.what))
+        body.append(grid)
+    kept_out = held_back(report)
+    if report.refuted or kept_out:
+        body.append(_section("Ruled out"))
         for r in report.refuted:
-            ru.add_row(
-                f"{r.hypothesis.kind} @ {r.hypothesis.component}",
-                "; ".join(f"{e.observation_id}: {e.statement}" for e in r.verdict.refuting),
-            )
-        body.append(ru)
-    sus = Table(title="Suspects")
-    for col in ("#", "component", "kind", "status", "score"):
-        sus.add_column(col)
-    for i, s in enumerate(report.suspects[:5], 1):
-        sus.add_row(str(i), s.component, s.kind, s.status, f"{s.score:.3f}")
-    body.append(sus)
-    acted = [u for u in report.lessons_used if u.acted]
-    if acted:
-        body.append(
-            Text("Lessons used: " + "; ".join(f"{u.lesson_id}: {', '.join(u.effects)}" for u in acted), style="magenta")
-        )
+            body.append(Text(f"{r.hypothesis.kind} on {r.hypothesis.component}", style="red"))
+            for e in r.verdict.refuting:
+                body.append(_indented(f"refuted by {e.observation_id} ({e.source.value}): {e.statement}"))
+        for what, use in kept_out:
+            name, why = held_back_text(what, use)
+            body.append(Text(name, style="magenta"))
+            body.append(_indented(why))
+    others = other_results(report)
+    if others:
+        body.append(_section("Other hypotheses"))
+        for r in others:
+            body.append(Text(f"{r.hypothesis.kind} on {r.hypothesis.component}: {r.verdict.status}"))
+            body.append(_indented(r.verdict.reason, style="dim"))
+    if report.search is not None and report.search.rounds:
+        body.append(Text(""))
+        body.append(search_tree(report.search))
+    if report.suspects:
+        body.append(_section("Suspects"))
+        grid = _grid(None, None, None, None, None)
+        grid.add_row(*(Text(h, style="dim") for h in ("#", "component", "kind", "status", "score")))
+        whys = _grid(None, 1)
+        for i, s in enumerate(report.suspects[:8], 1):
+            grid.add_row(Text(str(i)), Text(s.component), Text(s.kind), Text(s.status), Text(f"{s.score:.3f}"))
+            if s.why:
+                whys.add_row(Text(f"{i}.", style="dim"), Text(s.why, style="dim"))
+        body.extend([grid, Text("why:", style="dim"), whys])
     if report.unreadable_sources:
-        body.append(
-            Text(
-                "Could not read: " + "; ".join(f"{k} ({v})" for k, v in report.unreadable_sources.items()),
-                style="yellow",
+        body.append(_section("Sources that could not be read"))
+        for k, v in report.unreadable_sources.items():
+            body.append(_indented(f"{k}: {v}", style="yellow"))
+    if report.lessons_used:
+        body.append(_section("Lessons used"))
+        for u in report.lessons_used:
+            body.append(
+                _indented(f"{u.lesson_id} (relevance {u.relevance:.2f}): {'; '.join(u.effects) or 'no effect'}")
             )
-        )
+    if report.lessons:
+        body.append(_section("Lessons written"))
+        for le in report.lessons:
+            body.append(_indented(lesson_written(le)))
+    if report.next_steps:
+        body.append(_section("Next steps"))
+        for step in report.next_steps:
+            body.append(_indented(f"- {step}"))
+    if report.links:
+        body.append(_section("Links"))
+        for link in report.links:
+            body.append(_indented(f"{link.label}:"))
+            body.append(_whole(f"    {link.url}", style="blue"))
     model = model_summary(report)
     if model is not None and report.llm is not None:
         notes = len(report.llm.notes)
         more = f" ({notes} note(s); opsagent prompts shows them)" if notes else ""
-        body.append(Text(model + more, style="blue"))
-    c = report.cost
-    body.append(
-        Text(
-            f"cost: {c.steps} steps, {c.tool_calls} tool calls ({c.cache_hits} cached), "
-            f"~{c.tokens} tokens, {c.wall_ms:.0f} ms",
-            style="dim",
-        )
+        body.append(Text("\n" + model + more, style="blue"))
+    body.append(Text("\n" + cost_line(report), style="dim"))
+    body.append(Text(f"\nincident {inc.id} — was this right? tell opsagent:", style="bold"))
+    for command in feedback_commands(report):
+        body.append(_whole(f"  {command}"))
+    return body
+
+
+def lesson_written(le: Lesson) -> str:
+    return (
+        f"{le.id}: when {le.trigger.condition}: {le.refuted_kind} was refuted by "
+        f"{'; '.join(c.value for c in le.refuting_evidence)}; next time first run {le.next_action.key()}"
     )
-    console.print(Panel(Group(*body), title=f"opsagent · {report.incident.title}", border_style="cyan"))
+
+
+def render(report: Report, console: Console) -> None:
+    """The report on a terminal, as text, within the console's width."""
+    console.print(Group(*renderables(report)), crop=False)
+
+
+# ---------------------------------------------------------------- Markdown
+
+
+def _md(text: str, *, cell: bool = False) -> str:
+    """Text in a Markdown line: what Markdown would read as code, emphasis or HTML is escaped
+    (and ``|`` in a table cell); ids, names and arrows stay as they are (``db_pool_exhaustion``, ``->``)."""
+    out = text
+    for ch in "\\`*<" + ("|" if cell else ""):
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def search_markdown(tree: SearchTree) -> list[str]:
+    """The search tree, collapsed (``<details>``): nested lists, each hypothesis's calls inside."""
+    nodes = tree.nodes()
+    verified = [n for n in nodes if n.verified]
+    lines = [
+        "<details>",
+        f"<summary>Search: {len(tree.rounds)} round(s), {len(nodes)} hypotheses proposed, "
+        f"{len(verified)} verified</summary>",
+        "",
+        f"- {_md(triage_line(tree))}",
+    ]
+    recalled = lessons_line(tree)
+    if recalled is not None:
+        lines.append(f"- {_md(recalled)}")
+    for search_round in tree.rounds:
+        lines.append(f"- **{_md(round_title(search_round))}**")
+        by_beam, waiting = beams(search_round)
+        earlier: list[SearchNode] = []
+        for number, members in by_beam:
+            lines.append(f"  - {_md(beam_title(number, earlier))}")
+            for node in members:
+                lines.append(f"    - {_md(node_label(node))}")
+                lines += [f"      - lesson {_md(note)}" for note in node.lesson_notes]
+                lines += [f"      - step {i}: `{action}`" for i, action in enumerate(node.steps, 1)]
+            earlier.extend(members)
+        if waiting:
+            lines.append(f"  - not verified ({len(waiting)})")
+            for node in waiting:
+                lines.append(f"    - {_md(node_label(node).removesuffix(' · not verified'))}")
+                lines += [f"      - lesson {_md(note)}" for note in node.lesson_notes]
+    return [*lines, "", "</details>", ""]
+
+
+def to_markdown(report: Report) -> str:
+    inc = report.incident
+    lines = [
+        f"# {_md(inc.title)}",
+        "",
+        f"- incident: `{inc.id}` · services: {_md(', '.join(inc.services))} · symptom: {inc.symptom.value}",
+        f"- onset: {when(inc.onset)}"
+        + (f" · alert fired: {when(inc.alerted_at)}" if inc.alerted_at else "")
+        + f" · strategy: {report.strategy}",
+        "",
+        f"## {_md(headline(report))}",
+        "",
+        _md(report.statement),
+        "",
+    ]
+    if report.evidence:
+        lines += ["## Evidence", ""]
+        lines += [f"- `{e.observation_id}` ({e.source.value}) {_md(e.statement)}" for e in report.evidence]
+        lines.append("")
+    if report.timeline:
+        lines += [f"## Timeline — {inc.onset:%Y-%m-%d}, UTC", ""]
+        lines += [f"- {clock_on(e.ts, inc.onset)} {e.kind}: {_md(e.what)}" for e in report.timeline]
+        lines.append("")
+    kept_out = held_back(report)
+    if report.refuted or kept_out:
+        lines += ["## Ruled out", ""]
+        for r in report.refuted:
+            cites = "; ".join(f"`{e.observation_id}` {_md(e.statement)}" for e in r.verdict.refuting)
+            lines.append(f"- **{_md(r.hypothesis.kind)}** on {_md(r.hypothesis.component)}: {cites}")
+        for what, use in kept_out:
+            name, why = held_back_text(what, use)
+            lines.append(f"- **{_md(name)}**: {_md(why)}")
+        lines.append("")
+    others = other_results(report)
+    if others:
+        lines += ["## Other hypotheses", ""]
+        lines += [
+            f"- {_md(r.hypothesis.kind)} on {_md(r.hypothesis.component)}: {r.verdict.status} ({_md(r.verdict.reason)})"
+            for r in others
+        ]
+        lines.append("")
+    if report.search is not None and report.search.rounds:
+        lines += ["## Search tree", "", *search_markdown(report.search)]
+    lines += ["## Suspects", "", "| # | component | kind | status | score | why |", "|---|---|---|---|---|---|"]
+    for i, s in enumerate(report.suspects[:8], 1):
+        cells = (str(i), s.component, s.kind, s.status, f"{s.score:.3f}", s.why)
+        lines.append("| " + " | ".join(_md(c, cell=True) for c in cells) + " |")
+    lines.append("")
+    if report.unreadable_sources:
+        lines += ["## Sources that could not be read", ""]
+        lines += [f"- {_md(k)}: {_md(v)}" for k, v in report.unreadable_sources.items()]
+        lines.append("")
+    if report.lessons_used:
+        lines += ["## Lessons used", ""]
+        lines += [
+            f"- `{u.lesson_id}` (relevance {u.relevance:.2f}): {_md('; '.join(u.effects) or 'no effect')}"
+            for u in report.lessons_used
+        ]
+        lines.append("")
+    if report.lessons:
+        lines += ["## Lessons written", ""] + [f"- {_md(lesson_written(le))}" for le in report.lessons] + [""]
+    if report.next_steps:
+        lines += ["## Next steps", ""] + [f"- {_md(s)}" for s in report.next_steps] + [""]
+    if report.links:
+        lines += ["## Links", ""] + [f"- [{_md(link.label)}](<{link.url}>)" for link in report.links] + [""]
+    model = model_summary(report)
+    if model is not None and report.llm is not None:
+        lines += ["## Model", "", model, ""]
+        lines += [f"- {_md(note)}" for note in report.llm.notes]
+        lines += [""] if report.llm.notes else []
+    lines += [f"_{_md(cost_line(report))}_", ""]
+    lines += [f"Incident `{inc.id}`. Was this right? Tell opsagent:", ""]
+    lines += [f"    {command}" for command in feedback_commands(report)]
+    return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ from opsagent.features import profiles_from
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
 from opsagent.lessons import Retrieved, concrete
-from opsagent.loop import Meter, verify
+from opsagent.loop import Beam, Meter, Proposed, verify
 from opsagent.models import (
     CHANGE_KINDS,
     Action,
@@ -45,6 +45,7 @@ class Outcome:
     retrieved: list[Retrieved] = field(default_factory=list)
 
 
+#: The lessons for what triage found; a strategy calls it once, when its triage is done.
 Recall = Callable[[Triage], list[Retrieved]]
 
 
@@ -127,6 +128,7 @@ class Hybrid(Strategy):
             if not candidates:
                 break
             queue = reasoner.rank(incident, candidates, found, lessons)
+            meter.notify(Proposed(hypotheses=queue))
             proposed.extend(queue)
             tried.update(h.id for h in queue)
             best = max(h.score for h in queue)
@@ -138,6 +140,7 @@ class Hybrid(Strategy):
                         break
                 kept = queue[:1] + [h for h in queue[1:beam] if h.score >= ranking.BEAM_FLOOR * best]
                 queue = [h for h in queue if all(h.id != k.id for k in kept)]
+                meter.notify(Beam(hypothesis_ids=[h.id for h in kept]))
                 batch = await asyncio.gather(
                     *(
                         verify(
@@ -153,7 +156,7 @@ class Hybrid(Strategy):
 
 
 def _spent(meter: Meter, results: list[HypothesisResult]) -> bool:
-    return meter.exhausted(0) is not None or any(r.stop_reason.startswith("budget") for r in results)
+    return meter.exhausted(0) is not None or any(r.stop_reason.budget for r in results)
 
 
 def _proven(results: list[HypothesisResult]) -> list[HypothesisResult]:
@@ -221,12 +224,13 @@ class GreedyReact(Strategy):
             if loudest is None:
                 break
             chased.add(loudest.id)
+            meter.notify(Proposed(hypotheses=[loudest]))
             proposed.append(loudest)
             result = await verify(
                 loudest, incident=incident, reasoner=reasoner, toolbox=toolbox, meter=meter, available=available
             )
             results.append(result)
-            if result.verdict.status in ("confirmed", "probable") or result.stop_reason.startswith("budget"):
+            if result.verdict.status in ("confirmed", "probable") or result.stop_reason.budget:
                 break
         return Outcome(triage=found, results=results, proposed=proposed, retrieved=lessons)
 

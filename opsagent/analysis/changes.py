@@ -34,6 +34,7 @@ def change_records(
             to_version=c.to_version,
             author=c.author,
             diff=c.diff,
+            url=c.url,
             minutes_before_onset=round((onset - unix(c.ts)) / 60, 1),
         )
         for c in changes

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from adapters.config import sources_from_settings
 from opsagent.cli.alerts import AlertmanagerOpt, alertmanager, trigger
 from opsagent.cli.common import ExitCode, err, fail, note, out, run, settings, warn, writable, write_text
-from opsagent.cli.live import LiveView
+from opsagent.cli.live import LiveTree
 from opsagent.cli.options import (
     BEAM,
     MAX_STEPS,
@@ -203,7 +203,11 @@ def investigate_cmd(
         strategy(strategy_name)  # fail fast on a bad name
         books = load_default_playbooks(playbooks or config.playbooks_dir)
         reasoner = choose_reasoner(reasoner_name, config, books, model=model, base_url=base_url)
-        view = LiveView(err) if live and not as_json and err.is_terminal else None
+        view = (
+            LiveTree(err, title=f"investigating · {strategy_name}")
+            if live and not as_json and err.is_terminal
+            else None
+        )
         if view is not None:
             view.live.start()
         try:
@@ -238,6 +242,7 @@ def investigate_cmd(
                     lessons=lessons,
                     lessons_top_k=config.lessons_top_k,
                     lessons_cap=config.lessons_recent,
+                    links=config.link_settings(),
                 )
         finally:
             if view is not None:
