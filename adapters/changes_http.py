@@ -82,6 +82,7 @@ class HttpChangesReader:
                 "from_version": _text(get(f.from_version)),
                 "to_version": _text(get(f.to_version)),
                 "diff": _text(get(f.diff)),
+                "url": _text(get(f.url)),
             }
         )
 

@@ -105,6 +105,7 @@ class FeedFields(BaseModel):
     from_version: str | None = "from_version"
     to_version: str | None = "to_version"
     diff: str | None = None
+    url: str | None = Field(default=None, description="the change's page (a deploy, a pull request), for links")
 
 
 class FeedQuery(BaseModel):
@@ -286,6 +287,11 @@ class GitConfig(SourceConfig):
     ref: str = "HEAD"
     rules: list[PathRule] = Field(min_length=1, description="which paths belong to which service")
     config_files: list[str] = Field(default_factory=lambda: list(CONFIG_FILES))
+    commit_url: str | None = Field(
+        default=None,
+        description="a commit's page, {sha} standing for its hash; by default derived from the origin remote "
+        "(GitHub, GitLab, Bitbucket, Gitea)",
+    )
 
 
 class ChangeFeedConfig(HttpSourceConfig):

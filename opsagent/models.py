@@ -737,7 +737,17 @@ class ModelRecord(BaseModel):
     )
 
 
+#: The JSON report's schema version (opsagent/data/report.schema.json). Raised when a field is
+#: removed, renamed or changes meaning; a field added with a default leaves it as it is.
+REPORT_SCHEMA_VERSION = 1
+
+
 class Report(BaseModel):
+    """One investigation's answer: what ``investigate --json`` prints and the store keeps."""
+
+    schema_version: int = Field(
+        default=REPORT_SCHEMA_VERSION, description="the version of this format (README, JSON report)"
+    )
     incident: Incident
     strategy: str
     status: Literal["confirmed", "probable", "inconclusive"]

@@ -10,8 +10,10 @@ printed whole on a line of its own, since a URL cut in two opens nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -20,6 +22,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from opsagent.models import (
+    REPORT_SCHEMA_VERSION,
     HypothesisResult,
     Lesson,
     LessonUse,
@@ -33,13 +36,23 @@ from opsagent.models import (
 _STYLE = {"confirmed": "bold green", "probable": "yellow", "inconclusive": "bold red", "refuted": "red"}
 _MARK = {"confirmed": "✓", "probable": "~", "refuted": "✗", "inconclusive": "?"}
 
-#: The JSON report's schema version: raised when a field changes meaning or goes (README, JSON report).
-REPORT_SCHEMA_VERSION = 1
-
 
 def to_json(report: Report, *, observations: bool = False) -> str:
+    """The report as JSON (:func:`json_schema` describes it); observations only when asked for."""
     exclude = None if observations else {"observations"}
     return report.model_dump_json(indent=2, exclude=exclude)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the JSON report, generated from the model (opsagent/data/report.schema.json)."""
+    schema = Report.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"opsagent report, schema version {REPORT_SCHEMA_VERSION}"
+    return schema
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
 
 
 # ---------------------------------------------------------------- facts every form says alike

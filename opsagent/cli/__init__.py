@@ -2,7 +2,7 @@
 exit codes and errors of :mod:`opsagent.cli.common` and the options of :mod:`opsagent.cli.options`.
 
     investigate, demo        opsagent.cli.investigate
-    investigations …         opsagent.cli.investigations
+    investigations …         opsagent.cli.investigations (list, show, schema)
     replay                   opsagent.cli.replay
     lessons …, feedback      opsagent.cli.lessons
     fixtures …, playbooks …  opsagent.cli.fixtures
@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from opsagent.cli import alerts, fixtures, investigate, lessons, replay, sources
+from opsagent.cli import alerts, fixtures, investigate, investigations, lessons, replay, sources
 from opsagent.cli.common import fail
 from opsagent.llm.cli import register as register_prompts
 from opsagent.logconfig import configure
@@ -48,7 +48,7 @@ def main(
     configure(level=log_level)
 
 
-for group in (investigate, replay, lessons, fixtures, sources, alerts):
+for group in (investigate, investigations, replay, lessons, fixtures, sources, alerts):
     group.register(app)
 register_prompts(app)
 register_serve(app)
