@@ -1,9 +1,11 @@
-"""What the on-call engineer reads: the facts of a report survive in the terminal and in Markdown
-(ids, diffs, next steps, what lessons held back), printed as text, within 80 columns."""
+"""What the on-call engineer reads: the facts of a report survive in the terminal, in Markdown and
+on the HTML page (ids, diffs, next steps, what lessons held back, links), printed as text, the
+terminal within 80 columns."""
 
 from __future__ import annotations
 
 import asyncio
+import html
 import io
 import re
 
@@ -15,6 +17,8 @@ from opsagent.loop import Budget
 from opsagent.models import Report, Suspect
 from opsagent.pipeline import investigate_fixture
 from opsagent.report import render, to_markdown
+from opsagent.service.pages import incident_page
+from opsagent.store import IncidentRecord
 from tests.conftest import ORDER_INCIDENT
 
 
@@ -108,3 +112,37 @@ def test_the_terminal_report_of_an_inconclusive_investigation_says_where_to_look
         assert _flat(step) in text
     assert "INCONCLUSIVE — needs a human" in text and "stopped early: budget exhausted: 1 steps" in text
     assert "(stopped: steps budget)" in text  # the tree says which budget stopped each hypothesis
+
+
+def _page(report: Report) -> str:
+    now = report.incident.onset
+    record = IncidentRecord(
+        id=report.incident.id,
+        group_key="g",
+        state="firing",
+        investigation="done",
+        service=report.incident.service,
+        alertname="OrderServiceHighLatency",
+        title=report.incident.title,
+        receiver="opsagent",
+        created_at=now,
+        updated_at=now,
+        resolved_at=None,
+        notifications=1,
+    )
+    return incident_page(record, report, charts=[])
+
+
+def test_the_report_page_holds_the_same_facts_and_the_tree_collapsed(second: Report) -> None:
+    page = _page(second)
+    text = _flat(html.unescape(re.sub(r"<[^>]+>", " ", page)))
+    urls = {link.url for link in second.links}  # in href attributes, checked below
+    for fact in _facts(second):
+        assert fact in urls or _flat(fact) in text, fact
+    assert "<details class='search'>" in page and "<details class='search' open" not in page  # collapsed
+    use = next(u for u in second.lessons_used if u.held_back)
+    ruled_out = text[text.index("Ruled out") :]
+    assert f"lesson {use.lesson_id} lowered it" in ruled_out and use.refutation[0].value in ruled_out
+    for link in second.links:
+        assert f'href="{html.escape(link.url)}"' in page
+    assert "<script" not in page
