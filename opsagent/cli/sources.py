@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from adapters.config import live_catalog
 from opsagent.cli.common import ExitCode, err, fail, out, run, settings, warn, wide
 from opsagent.cli.investigate import load_alert
 from opsagent.cli.options import (
@@ -31,11 +32,12 @@ from opsagent.cli.options import (
     WallOpt,
     budget,
 )
-from opsagent.doctor import Health, diagnose
-from opsagent.errors import Problem
+from opsagent.doctor import Health, diagnose, investigated_range
+from opsagent.errors import Problem, UserError
 from opsagent.models import Report
 from opsagent.pipeline import load_default_playbooks
 from opsagent.record import record_incident
+from opsagent.triggers import moment
 
 
 def health_table(rows: list[Health]) -> Table:
@@ -55,17 +57,56 @@ def health_table(rows: list[Health]) -> Table:
     return table
 
 
-def doctor() -> None:
-    """Check every configured live source: reachable, version, latency, and what to fix (exit 3
-    when any needs attention)."""
+def signals_table(rows: list[Health]) -> Table | None:
+    checked = [(h, s) for h in rows for s in h.signals]
+    if not checked:
+        return None
+    table = Table(title="core signals: does each resolve for at least one service?")
+    for col in ("source", "signal", "resolves", "series", "query"):
+        table.add_column(col, overflow="fold")
+    for h, s in checked:
+        table.add_row(
+            Text(f"{h.kind}:{h.name}"),
+            Text(s.signal),
+            Text("yes", style="green") if s.resolves else Text("no", style="red"),
+            Text(str(s.series)),
+            Text(s.query),
+        )
+    return table
+
+
+def doctor(
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            metavar="TIME",
+            help="check the range an investigation with its onset then reads (2026-03-17T14:02:00Z, 14:02 UTC); "
+            "default: the last 90 minutes",
+        ),
+    ] = None,
+) -> None:
+    """Check every configured live source: reachable, version, latency, what it holds over the
+    range an investigation reads, whether the core signals resolve, and what to fix (exit 3 when any
+    needs attention)."""
     config = settings()
     if config.sources.empty():
         fail(
             "no live sources configured: add a `sources:` section to the config file "
             "(see README, Live sources); alerts are investigated with no source until then"
         )
-    rows = asyncio.run(diagnose(config.sources))
-    wide().print(health_table(rows))
+    now = datetime.now(UTC)
+    try:
+        span = investigated_range(moment(at, now=now) if at else None, now=now)
+    except UserError as exc:
+        fail(str(exc))
+    out.print(f"checking {span.start:%Y-%m-%d %H:%M} to {span.end:%Y-%m-%d %H:%M} UTC", soft_wrap=True)
+    rows = asyncio.run(diagnose(config.sources, span=span, catalog=live_catalog(config.signals)))
+    console = wide()
+    console.print(health_table(rows))
+    signals = signals_table(rows)
+    if signals is not None:
+        console.print(signals)
     bad = [h for h in rows if not h.ok]
     if bad:
         err.print(f"{len(bad)} of {len(rows)} source(s) need attention")
