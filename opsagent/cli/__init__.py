@@ -8,8 +8,8 @@ exit codes and errors of :mod:`opsagent.cli.common` and the options of :mod:`ops
     fixtures …, playbooks …  opsagent.cli.fixtures
     doctor, record           opsagent.cli.sources
     alerts                   opsagent.cli.alerts
-    prompts                  opsagent.llm.cli
-    serve                    opsagent.service.cli
+    prompts                  opsagent.cli.prompts
+    serve                    opsagent.cli.serve
 
 Exit codes (:class:`opsagent.cli.common.ExitCode`): 0 done with the answer asked for, 1 an internal
 failure, 2 bad input, 3 ran to the end without the answer (an inconclusive investigation, sources
@@ -18,15 +18,11 @@ that need attention). User errors never show a traceback.
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from opsagent.cli import alerts, fixtures, investigate, investigations, lessons, replay, sources
-from opsagent.cli.common import fail
-from opsagent.llm.cli import register as register_prompts
+from opsagent.cli import alerts, fixtures, investigate, investigations, lessons, prompts, replay, serve, sources
+from opsagent.cli.options import LogLevelOpt, log_level_ok
 from opsagent.logconfig import configure
-from opsagent.service.cli import register as register_serve
 
 app = typer.Typer(
     help="Incident root-cause analysis for on-call engineers. Read-only.",
@@ -38,19 +34,12 @@ app = typer.Typer(
 
 
 @app.callback()
-def main(
-    log_level: Annotated[
-        str, typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning, error")
-    ] = "warning",
-) -> None:
-    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        fail(f"unknown log level {log_level!r}")
+def main(log_level: LogLevelOpt = "warning") -> None:
+    log_level_ok(log_level)
     configure(level=log_level)
 
 
-for group in (investigate, investigations, replay, lessons, fixtures, sources, alerts):
+for group in (investigate, investigations, replay, lessons, fixtures, sources, alerts, prompts, serve):
     group.register(app)
-register_prompts(app)
-register_serve(app)
 
 __all__ = ["app"]
