@@ -330,8 +330,12 @@ def renderables(report: Report) -> list[RenderableType]:
             body.append(_indented(lesson_written(le)))
     if report.next_steps:
         body.append(_section("Next steps"))
+        steps = Table.grid(padding=(0, 1, 0, 0))
+        steps.add_column(no_wrap=True)
+        steps.add_column(ratio=1, overflow="fold")
         for step in report.next_steps:
-            body.append(_indented(f"- {step}"))
+            steps.add_row(Text("  -"), Text(step))
+        body.append(steps)
     if report.links:
         body.append(_section("Links"))
         for link in report.links:
