@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -192,41 +193,70 @@ def round_title(search_round: SearchRound) -> str:
     return f"round {search_round.index} · {len(search_round.nodes)} proposed"
 
 
-# ---------------------------------------------------------------- the search tree, for a terminal
+# ---------------------------------------------------------------- the search tree, one outline for every view
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the search tree: its depth, what it says, and what kind of line it is."""
+
+    depth: int
+    text: str
+    kind: Literal["triage", "lessons", "round", "beam", "waiting", "hypothesis", "note", "step"]
+    status: str | None = None
+
+
+def outline(tree: SearchTree, *, steps: bool = True, triaging: bool = False) -> list[Line]:
+    """The search tree as an outline, top to bottom: triage, the lessons recalled, each round with
+    its beams in order (later ones backtrack), each hypothesis with what lessons did to it and (with
+    ``steps``) the calls its loop made, then the hypotheses never verified."""
+    out = [Line(0, "triage: reading every source…" if triaging else triage_line(tree), "triage")]
+    recalled = lessons_line(tree)
+    if recalled is not None:
+        out.append(Line(0, recalled, "lessons"))
+
+    def hypothesis(node: SearchNode, *, waiting: bool) -> None:
+        label = node_label(node).removesuffix(" · not verified") if waiting else node_label(node)
+        out.append(Line(2, label, "hypothesis", node.status))
+        out.extend(Line(3, f"lesson {note}", "note") for note in node.lesson_notes)
+        if steps and not waiting:
+            out.extend(Line(3, f"{i}. {action}", "step") for i, action in enumerate(node.steps, 1))
+
+    for search_round in tree.rounds:
+        out.append(Line(0, round_title(search_round), "round"))
+        by_beam, never = beams(search_round)
+        earlier: list[SearchNode] = []
+        for number, members in by_beam:
+            out.append(Line(1, beam_title(number, earlier), "beam"))
+            for node in members:
+                hypothesis(node, waiting=False)
+            earlier.extend(members)
+        if never:
+            out.append(Line(1, f"not verified ({len(never)})", "waiting"))
+            for node in never:
+                hypothesis(node, waiting=True)
+    return out
+
+
+def tree_summary(tree: SearchTree) -> str:
+    nodes = tree.nodes()
+    verified = sum(1 for n in nodes if n.verified)
+    return f"{len(tree.rounds)} round(s), {len(nodes)} hypotheses proposed, {verified} verified"
+
+
+_LINE_STYLE = {"lessons": "magenta", "round": "bold", "waiting": "dim", "note": "magenta", "step": "dim"}
 
 
 def search_tree(tree: SearchTree, *, title: str = "Search tree", steps: bool = False, triaging: bool = False) -> Tree:
     """The search as a rich Tree; ``steps`` lists each hypothesis's calls (the live view, which
     shows ``triaging`` until triage is done)."""
     root = Tree(Text(title, style="bold"))
-    root.add(Text("triage: reading every source…" if triaging else triage_line(tree)))
-    recalled = lessons_line(tree)
-    if recalled is not None:
-        root.add(Text(recalled, style="magenta"))
-    for search_round in tree.rounds:
-        branch = root.add(Text(round_title(search_round), style="bold"))
-        verified, waiting = beams(search_round)
-        earlier: list[SearchNode] = []
-        for number, nodes in verified:
-            beam = branch.add(Text(beam_title(number, earlier)))
-            for node in nodes:
-                _node(beam, node, steps=steps)
-            earlier.extend(nodes)
-        if waiting:
-            rest = branch.add(Text(f"not verified ({len(waiting)})", style="dim"))
-            for node in waiting:
-                _node(rest, node, steps=False, waiting=True)
+    parents = [root]
+    for line in outline(tree, steps=steps, triaging=triaging):
+        style = _STYLE.get(line.status or "", "") if line.kind == "hypothesis" else _LINE_STYLE.get(line.kind, "")
+        del parents[line.depth + 1 :]
+        parents.append(parents[line.depth].add(Text(line.text, style=style)))
     return root
-
-
-def _node(parent: Tree, node: SearchNode, *, steps: bool, waiting: bool = False) -> None:
-    label = node_label(node).removesuffix(" · not verified") if waiting else node_label(node)
-    leaf = parent.add(Text(label, style=_STYLE.get(node.status or "", "")))
-    for note in node.lesson_notes:
-        leaf.add(Text(f"lesson {note}", style="magenta"))
-    if steps:
-        for i, action in enumerate(node.steps, 1):
-            leaf.add(Text(f"{i}. {action}", style="dim"))
 
 
 # ---------------------------------------------------------------- terminal
@@ -379,34 +409,10 @@ def _md(text: str, *, cell: bool = False) -> str:
 
 def search_markdown(tree: SearchTree) -> list[str]:
     """The search tree, collapsed (``<details>``): nested lists, each hypothesis's calls inside."""
-    nodes = tree.nodes()
-    verified = [n for n in nodes if n.verified]
-    lines = [
-        "<details>",
-        f"<summary>Search: {len(tree.rounds)} round(s), {len(nodes)} hypotheses proposed, "
-        f"{len(verified)} verified</summary>",
-        "",
-        f"- {_md(triage_line(tree))}",
-    ]
-    recalled = lessons_line(tree)
-    if recalled is not None:
-        lines.append(f"- {_md(recalled)}")
-    for search_round in tree.rounds:
-        lines.append(f"- **{_md(round_title(search_round))}**")
-        by_beam, waiting = beams(search_round)
-        earlier: list[SearchNode] = []
-        for number, members in by_beam:
-            lines.append(f"  - {_md(beam_title(number, earlier))}")
-            for node in members:
-                lines.append(f"    - {_md(node_label(node))}")
-                lines += [f"      - lesson {_md(note)}" for note in node.lesson_notes]
-                lines += [f"      - step {i}: `{action}`" for i, action in enumerate(node.steps, 1)]
-            earlier.extend(members)
-        if waiting:
-            lines.append(f"  - not verified ({len(waiting)})")
-            for node in waiting:
-                lines.append(f"    - {_md(node_label(node).removesuffix(' · not verified'))}")
-                lines += [f"      - lesson {_md(note)}" for note in node.lesson_notes]
+    lines = ["<details>", f"<summary>Search: {tree_summary(tree)}</summary>", ""]
+    for line in outline(tree):
+        text = f"`{line.text}`" if line.kind == "step" else _md(line.text)
+        lines.append("  " * line.depth + "- " + (f"**{text}**" if line.kind == "round" else text))
     return [*lines, "", "</details>", ""]
 
 

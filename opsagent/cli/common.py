@@ -11,6 +11,7 @@ A user error (bad input, bad configuration, a store that cannot be read) is one 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -115,6 +116,16 @@ def writable(path: Path, option: str) -> None:
                 path.unlink(missing_ok=True)
     if problem is not None:
         fail(f"{option} {path} {problem}")
+
+
+def deliver(text: str, to: Path | None, option: str) -> None:
+    """A command's output: to stdout, or to the file ``option`` names (exit 1 if it cannot be written)."""
+    if to is None:
+        sys.stdout.write(text)
+        return
+    if not write_text(to, text, option):
+        raise typer.Exit(ExitCode.INTERNAL)
+    out.print(f"wrote {to}")
 
 
 def write_text(path: Path, text: str, option: str) -> bool:

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from opsagent.cli.common import ExitCode, fail, out, store, wide, writable, write_text
+from opsagent.cli.common import ExitCode, deliver, fail, out, store, wide, writable
 from opsagent.cli.investigate import emit, exit_code
 from opsagent.cli.options import JsonOpt, MarkdownOpt
 from opsagent.report import schema_text, when
@@ -70,13 +70,7 @@ def investigations_schema(
     to: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="write it here, not to stdout")] = None,
 ) -> None:
     """The JSON Schema of the JSON report (`investigate --json`, `investigations show --json`)."""
-    text = schema_text()
-    if to is None:
-        sys.stdout.write(text)
-        return
-    if not write_text(to, text, "--out"):
-        raise typer.Exit(ExitCode.INTERNAL)
-    out.print(f"wrote {to}")
+    deliver(schema_text(), to, "--out")
 
 
 def register(app: typer.Typer) -> None:

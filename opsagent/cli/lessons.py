@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
-from opsagent.cli.common import ExitCode, err, fail, out, store, wide, writable, write_text
+from opsagent.cli.common import ExitCode, deliver, err, fail, out, store, wide, writable
 from opsagent.cli.options import PlaybooksOpt
 from opsagent.fixtures import not_utf8
 from opsagent.lessons import finalised, from_feedback, misled_by, problems
@@ -129,12 +129,7 @@ def lessons_export(
         text = yaml.safe_dump(
             [le.model_dump(mode="json") for le in memory.lessons()], sort_keys=False, allow_unicode=True
         )
-    if to is None:
-        sys.stdout.write(text)
-        return
-    if not write_text(to, text, "--out"):
-        raise typer.Exit(ExitCode.INTERNAL)
-    out.print(f"wrote {to}")
+    deliver(text, to, "--out")
 
 
 @lessons_app.command(name="import")

@@ -8,22 +8,18 @@ from datetime import datetime
 from html import escape
 from urllib.parse import urlencode
 
-from opsagent.models import Evidence, Report, SearchNode, SearchTree
+from opsagent.models import Evidence, Report, SearchTree
 from opsagent.report import (
-    beam_title,
-    beams,
     clock_on,
     cost_line,
     feedback_commands,
     held_back,
     held_back_text,
     lesson_written,
-    lessons_line,
     model_summary,
-    node_label,
     other_results,
-    round_title,
-    triage_line,
+    outline,
+    tree_summary,
     when,
 )
 from opsagent.service.charts import Chart, svg
@@ -268,41 +264,21 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
 
 
 def _search(tree: SearchTree) -> str:
-    """The search tree, collapsed: a round opens to its beams, a hypothesis to its calls."""
-    nodes = tree.nodes()
-    verified = sum(1 for n in nodes if n.verified)
-    out = [
-        f"<details class='search'><summary>{len(tree.rounds)} round(s), {len(nodes)} hypotheses proposed, "
-        f"{verified} verified</summary><p>{e(triage_line(tree))}</p>"
-    ]
-    recalled = lessons_line(tree)
-    if recalled is not None:
-        out.append(f"<p>{e(recalled)}</p>")
-    for search_round in tree.rounds:
-        out.append(f"<details open><summary>{e(round_title(search_round))}</summary>")
-        by_beam, waiting = beams(search_round)
-        earlier: list[SearchNode] = []
-        for number, members in by_beam:
-            out.append(f"<p><i>{e(beam_title(number, earlier))}</i></p>")
-            out.extend(_search_node(n) for n in members)
-            earlier.extend(members)
-        if waiting:
-            out.append(f"<p><i>not verified ({len(waiting)})</i></p>")
-            out.extend(_search_node(n) for n in waiting)
-        out.append("</details>")
+    """The search tree, collapsed: nested lists of the same outline the terminal draws."""
+    out = [f"<details class='search'><summary>{e(tree_summary(tree))}</summary>"]
+    depth = -1
+    for line in outline(tree):
+        if line.depth > depth:
+            out.append("<ul>" * (line.depth - depth))
+        else:
+            out.append("</li>" + "</ul></li>" * (depth - line.depth))
+        depth = line.depth
+        mark = f" class='{e(line.status)}-mark'" if line.status else ""
+        text = f"<code>{e(line.text)}</code>" if line.kind == "step" else e(line.text)
+        out.append(f"<li data-kind='{line.kind}'{mark}>" + (f"<b>{text}</b>" if line.kind == "round" else text))
+    out.append("</li>" + "</ul></li>" * depth + "</ul>" if depth >= 0 else "")
     out.append("</details>")
     return "".join(out)
-
-
-def _search_node(node: SearchNode) -> str:
-    notes = "".join(f"<li>lesson {e(n)}</li>" for n in node.lesson_notes)
-    steps = "".join(f"<li><code>{e(a)}</code></li>" for a in node.steps)
-    inner = (f"<ul>{notes}</ul>" if notes else "") + (f"<ol class='steps'>{steps}</ol>" if steps else "")
-    label = e(node_label(node).removesuffix(" · not verified") if not node.verified else node_label(node))
-    mark = f" class='{e(node.status)}-mark'" if node.status else ""
-    if not inner:
-        return f"<p{mark}>{label}</p>"
-    return f"<details><summary{mark}>{label}</summary>{inner}</details>"
 
 
 def not_found_page(what: str) -> str:
