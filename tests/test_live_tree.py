@@ -66,7 +66,8 @@ def test_backtracking_shows_as_later_beams_after_refutations() -> None:
     _, frames = _drive(events)
     last = frames[-1][1]
     assert "beam 2 · backtracking: nothing before it was proven" in last
-    assert report.search is not None and max(n.beam or 0 for n in report.search.nodes()) >= 3
+    assert report.search is not None and max(n.beam or 0 for n in report.search.nodes()) >= 2
+    assert any(n.status == "refuted" and n.beam == 1 for n in report.search.nodes())
     confirmed = next(n for n in report.search.nodes() if n.status == "confirmed")
     assert confirmed.beam is not None and confirmed.beam > 1  # the cause was found by backtracking
     assert f"✓ {confirmed.kind} on {confirmed.component}" in last
