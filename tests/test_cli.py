@@ -122,6 +122,19 @@ def test_lessons_export_import_round_trip_rejects_bad_entries(tmp_path: Path) ->
     assert "imported 1, rejected 2" in result.output
 
 
+def test_lessons_list_prints_triggers_as_they_are(tmp_path: Path) -> None:
+    _learn()
+    out = tmp_path / "lessons.yaml"
+    runner.invoke(app, ["lessons", "export", "--out", str(out)])
+    entry = yaml.safe_load(out.read_text())[0]
+    entry["trigger"]["signals"] = ["log:new:tls", "[bold]metric[/bold]"]
+    out.write_text(yaml.safe_dump([entry]))
+    assert runner.invoke(app, ["lessons", "import", str(out)]).exit_code == 0
+    listed = runner.invoke(app, ["lessons", "list"])
+    assert "log:new:tls" in listed.output and "[bold]metric[/bold]" in listed.output  # no emoji, no markup
+    assert "🆕" not in listed.output
+
+
 def test_lessons_show_edit_rm(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     _learn()
     lesson_id = yaml.safe_load(runner.invoke(app, ["lessons", "export"]).stdout)[0]["id"]
