@@ -31,6 +31,7 @@ from opsagent.models import (
     Lesson,
     LogsData,
     Observation,
+    StopReason,
 )
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.tools import Toolbox
@@ -116,7 +117,7 @@ class Hybrid(Strategy):
         recall: Recall = no_lessons,
     ) -> Outcome:
         found = await triage(toolbox, incident, topology)
-        meter.tokens += sum(toolbox.observations[oid].tokens for oid in set(found.observation_ids))
+        meter.tokens += sum(toolbox.observations[oid].tokens for oid in sorted(set(found.read_ids)))
         lessons = recall(found)
         available = set(found.source_kinds)
         k, beam = meter.budget.k, meter.budget.beam
@@ -156,7 +157,11 @@ class Hybrid(Strategy):
 
 
 def _spent(meter: Meter, results: list[HypothesisResult]) -> bool:
-    return meter.exhausted(0) is not None or any(r.stop_reason.budget for r in results)
+    """The investigation's budgets (tokens, wall clock) are spent; a hypothesis that used its own
+    step allowance ends alone, and the next candidates still get their turn."""
+    return meter.exhausted(0) is not None or any(
+        r.stop_reason in (StopReason.tokens, StopReason.wall_clock) for r in results
+    )
 
 
 def _proven(results: list[HypothesisResult]) -> list[HypothesisResult]:
