@@ -36,6 +36,7 @@ _VALUE = _NUMBER + r"(?: ([A-Za-z/%]+))?"
 PEAKED = re.compile(rf"peaked at {_NUMBER}/{_NUMBER} \(([0-9]+)% of its limit\)")
 MOVED = re.compile(rf"^\S+ {_VALUE} -> {_VALUE} \(")
 AT = re.compile(rf"^\S+ at {_VALUE} \(threshold")
+NONE_MOVED = re.compile(r"^none of the \d+ series of \S+ moved beyond [x×]([0-9.]+)")
 
 
 def _value(number: str, unit: str | None, chart_unit: str | None) -> float:
@@ -94,6 +95,14 @@ def supports(chart: Chart) -> str | None:
         values = [v for _, v in window]
         if not min(values) - 1e-9 <= value <= max(values) + 1e-9 and not _close(value, median(values)):
             return f"the series after onset spans {min(values):.4g}..{max(values):.4g}, the caption says {value}"
+        return None
+    if (m := NONE_MOVED.search(caption)) is not None:
+        bound = float(m.group(1))
+        b0, b1 = chart.baseline.start.timestamp(), chart.baseline.end.timestamp()
+        level = median(v for t, v in chart.points if b0 <= t < b1)
+        after = median(v for _, v in window)
+        if level > 0 and not 1 / bound <= after / level <= bound:
+            return f"the series moved from {level:.4g} to {after:.4g}, beyond {bound}× its baseline"
         return None
     return f"no check knows the caption {caption!r}"
 
