@@ -19,15 +19,16 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/opsagent investigate $(INCIDENT) --no-live --no-lessons
 
-## Debian's Prometheus and Alertmanager, for the tests that run real servers.
+## Debian's Prometheus and Alertmanager (tests that run real servers) and Chromium (the headless
+## screenshot test of the report page).
 system-deps:
-	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null; then \
-		echo "prometheus and alertmanager present"; \
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null; then \
+		echo "prometheus, alertmanager and chromium present"; \
 	elif command -v apt-get >/dev/null; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus prometheus-alertmanager chromium >/dev/null; \
 	else \
-		echo "apt-get not found: tests that need Prometheus/Alertmanager will be skipped"; \
+		echo "apt-get not found: tests that need Prometheus, Alertmanager or Chromium will be skipped"; \
 	fi
 
 test: $(STAMP) system-deps

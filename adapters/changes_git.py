@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from fnmatch import fnmatch
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from adapters.boundary import MALFORMED, ErrorTable, translate
 from adapters.sourceconfig import CONFIG_FILES, ChangeKind, PathRule
@@ -93,12 +94,23 @@ class GitChangesReader:
         rules: Sequence[PathRule],
         ref: str = "HEAD",
         config_files: Sequence[str] = CONFIG_FILES,
+        commit_url: str | None = None,
     ) -> None:
         self.git = git
         self.name = f"changes:{name}"
         self.rules = list(rules)
         self.ref = ref
         self.config_files = tuple(config_files)
+        self.commit_url = commit_url  # None: derived from the origin remote on first use
+
+    async def _commit_url(self) -> str | None:
+        if self.commit_url is None:
+            try:
+                remote = await self.git(["config", "--get", "remote.origin.url"])
+            except (subprocess.SubprocessError, OSError, TimeoutError):  # no origin (a local clone): no links
+                remote = ""
+            self.commit_url = commit_url_template(remote.strip()) or ""
+        return self.commit_url or None
 
     async def _run(self, args: Sequence[str], *, window: tuple[datetime, datetime] | None = None) -> str:
         try:
@@ -175,6 +187,7 @@ class GitChangesReader:
         diff = "\n".join([stat, *lines[:_MAX_DIFF_LINES]])
         if len(lines) > _MAX_DIFF_LINES:
             diff += f"\n… {len(lines) - _MAX_DIFF_LINES} more changed line(s)"
+        template = await self._commit_url()
         before = [m.group(1) for line in lines if line.startswith("-") and (m := _IMAGE.match(line))]
         after = [m.group(1) for line in lines if line.startswith("+") and (m := _IMAGE.match(line))]
         return Change(
@@ -187,7 +200,30 @@ class GitChangesReader:
             to_version=_version(after[0]) if after else None,
             author=commit.author,
             diff=diff,
+            url=template.replace("{sha}", commit.sha) if template else None,
         )
+
+
+_SCP_REMOTE = re.compile(r"^(?:[\w.-]+@)?(?P<host>[\w.-]+):(?P<path>[^/].*)$")  # git@host:org/repo.git
+
+
+def commit_url_template(remote: str) -> str | None:
+    """A commit page URL template ({sha}) for a clone's origin remote, on the forges whose layout is
+    known; None for a remote that is not on the web. Credentials in the remote are never kept."""
+    if not remote:
+        return None
+    parts = urlsplit(remote)
+    if parts.scheme in ("http", "https", "ssh", "git") and parts.hostname:
+        host, path = parts.hostname, parts.path
+    elif (m := _SCP_REMOTE.match(remote)) is not None:
+        host, path = m.group("host"), "/" + m.group("path")
+    else:
+        return None  # a local path
+    path = path.rstrip("/").removesuffix(".git")
+    if not path.strip("/"):
+        return None
+    commit = "/-/commit/" if "gitlab" in host else "/commits/" if "bitbucket" in host else "/commit/"
+    return f"https://{host}{path}{commit}{{sha}}"
 
 
 def _kind(lines: list[str], subject: str, new_image: bool) -> ChangeKind:

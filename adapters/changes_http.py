@@ -87,6 +87,7 @@ class HttpChangesReader:
                 "diff": _text(get(f.diff)),
                 "steps": [self._step(step) for step in _listed(maybe(f.steps), f.steps)],
                 "pods": maybe(f.pods) or {},
+                "url": _text(get(f.url)),
             }
         )
 

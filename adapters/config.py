@@ -164,6 +164,7 @@ def reader_for(config: AnySourceConfig, environ: Mapping[str, str]) -> Any:
             rules=config.rules,
             ref=config.ref,
             config_files=config.config_files,
+            commit_url=config.commit_url,
         )
     if isinstance(config, ChangeFeedConfig):
         return HttpChangesReader(

@@ -110,6 +110,7 @@ class FeedFields(BaseModel):
     step_weight: str | None = Field(default="weight", description="percent on the new version after it, in a step")
     step_pods: str | None = Field(default="pods", description="the new version's pods it started, in a step")
     pods: str | None = Field(default=None, description="a mapping version -> its pods, within an item")
+    url: str | None = Field(default=None, description="the change's page (a deploy, a pull request), for links")
 
 
 class FeedQuery(BaseModel):
@@ -291,6 +292,11 @@ class GitConfig(SourceConfig):
     ref: str = "HEAD"
     rules: list[PathRule] = Field(min_length=1, description="which paths belong to which service")
     config_files: list[str] = Field(default_factory=lambda: list(CONFIG_FILES))
+    commit_url: str | None = Field(
+        default=None,
+        description="a commit's page, {sha} standing for its hash; by default derived from the origin remote "
+        "(GitHub, GitLab, Bitbucket, Gitea)",
+    )
 
 
 class ChangeFeedConfig(HttpSourceConfig):

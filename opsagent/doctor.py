@@ -3,12 +3,19 @@
 Each configured instance gets one :class:`Health`: reachable, version, latency of a cheap read,
 and the problems found, each with how to fix it. Only read endpoints are called, with a short
 timeout; a failing source is a row, never an exception.
+
+What a source holds is checked over a time range (:class:`TimeRange`): the one an investigation
+would read around ``--at`` (an hour before to half an hour after), by default the last ninety
+minutes. A Prometheus holding last week's incident is not empty; asked about now it is, and says so.
+For Prometheus, each core signal (the alerting signals of latency, errors and traffic) is checked to
+resolve for at least one service, with the query to fix when it does not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -16,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from adapters.config import close_reader, reader_for
+from adapters.config import close_reader, live_catalog, reader_for
 from adapters.sourceconfig import (
     AnySourceConfig,
     ElasticsearchConfig,
@@ -29,7 +36,30 @@ from adapters.sourceconfig import (
     TempoConfig,
     secret_env,
 )
+from opsagent.catalog import SignalCatalog
 from opsagent.errors import MalformedResponse, QueryRejected, SourceAuthFailed, SourceError, SourceTimeout
+from opsagent.incident import DEFAULT_AFTER, DEFAULT_BEFORE
+from opsagent.models import TimeRange
+
+#: The signals an alert is about (latency, errors, traffic): each must resolve for some service.
+CORE_SIGNALS: tuple[str, ...] = ("latency_p99", "error_ratio", "request_rate")
+#: The resolution of the subqueries that check a signal over the range.
+STEP_S = 60
+
+_SERVICE_MATCHER = re.compile(r'(\w+)\s*(=~|=)\s*"([^"]*)\$service([^"]*)"')
+
+
+class SignalCheck(BaseModel):
+    """Whether a core signal's query answers for any service over the range."""
+
+    signal: str
+    query: str = Field(description="the catalog's query, $service standing for the service")
+    asked: str = Field(description="what was sent: the query for any service, over the range")
+    series: int = 0
+
+    @property
+    def resolves(self) -> bool:
+        return self.series > 0
 
 
 class Health(BaseModel):
@@ -41,6 +71,7 @@ class Health(BaseModel):
     latency_ms: float | None = None
     problems: list[str] = Field(default_factory=list)
     fixes: list[str] = Field(default_factory=list)
+    signals: list[SignalCheck] = Field(default_factory=list, description="core signals (Prometheus)")
 
     @property
     def ok(self) -> bool:
@@ -107,21 +138,61 @@ async def _timed(fn: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
     return result, (time.perf_counter() - started) * 1000
 
 
-async def _probe(config: AnySourceConfig, reader: Any, health: Health, now: datetime) -> None:
+def for_any_service(query: str) -> str:
+    """The query with ``$service`` matching every service (``service="$service"`` -> ``=~".+"``)."""
+
+    def widen(m: re.Match[str]) -> str:
+        before, after = m.group(3), m.group(4)
+        if m.group(2) == "=":
+            before, after = re.escape(before), re.escape(after)
+        return f'{m.group(1)}=~"{before}.+{after}"'
+
+    return _SERVICE_MATCHER.sub(widen, query).replace("$service", ".+")
+
+
+def _span(span: TimeRange) -> str:
+    return f"{span.start:%Y-%m-%d %H:%M} to {span.end:%Y-%m-%d %H:%M} UTC"
+
+
+async def _count(reader: Any, query: str, at: datetime) -> int:
+    answer = await reader.instant(query=query, at=at)
+    return int(answer[0].samples[0][1]) if answer else 0
+
+
+async def _prometheus(config: PrometheusConfig, reader: Any, health: Health, span: TimeRange, catalog: Any) -> None:
+    seconds = max(int((span.end - span.start).total_seconds()), STEP_S)
+    found = 0
+    for match in config.scan_match:
+        found += await _count(reader, f"count(last_over_time({match}[{seconds}s]))", span.end)
+    if found == 0:
+        health.problems.append(
+            f"no series carry the labels triage scans by ({', '.join(config.scan_match)}) from {_span(span)}"
+        )
+        health.fixes.append(
+            "set scan_match: to matchers your series have, e.g. ['{job!=\"\"}', '{container!=\"\"}']; "
+            "if the data is from another time, check there with --at"
+        )
+    for signal in CORE_SIGNALS:
+        if signal not in catalog:
+            continue
+        query = catalog.signals[signal].query
+        asked = f"count(count_over_time(({for_any_service(query)})[{seconds}s:{STEP_S}s]))"
+        check = SignalCheck(signal=signal, query=query, asked=asked, series=await _count(reader, asked, span.end))
+        health.signals.append(check)
+        if not check.resolves:
+            health.problems.append(f"{signal} resolves for no service from {_span(span)}")
+            health.fixes.append(
+                f"set signals.{signal}.query: in the config to PromQL your metrics answer, with $service "
+                f"for the service (now: {query})"
+            )
+
+
+async def _probe(config: AnySourceConfig, reader: Any, health: Health, span: TimeRange, catalog: Any) -> None:
     """Version, latency and configuration checks, by kind; raises SourceError when unreachable."""
-    hour_ago = now - timedelta(hours=1)
     if isinstance(config, PrometheusConfig):
         info, health.latency_ms = await _timed(reader.build_info)
         health.version = str(info.get("version")) if info.get("version") else None
-        found = 0
-        for match in config.scan_match:
-            answer = await reader.instant(query=f"count({match})", at=now)
-            found += int(answer[0].samples[0][1]) if answer else 0
-        if found == 0:
-            health.problems.append(f"no series carry the labels triage scans by ({', '.join(config.scan_match)})")
-            health.fixes.append(
-                "set scan_match: to matchers your series have, e.g. ['{job!=\"\"}', '{container!=\"\"}']"
-            )
+        await _prometheus(config, reader, health, span, catalog)
     elif isinstance(config, ElasticsearchConfig):
         info, health.latency_ms = await _timed(reader.server_info)
         version = info.get("version") or {}
@@ -156,20 +227,37 @@ async def _probe(config: AnySourceConfig, reader: Any, health: Health, now: date
             health.problems.append("Jaeger knows no service")
             health.fixes.append("check that traces are being sent and that url is the query service (port 16686)")
     else:  # a change feed
-        _, health.latency_ms = await _timed(lambda: reader.changes(start=hour_ago, end=now, service=None))
+        _, health.latency_ms = await _timed(lambda: reader.changes(start=span.start, end=span.end, service=None))
+
+
+def investigated_range(at: datetime | None = None, *, now: datetime | None = None) -> TimeRange:
+    """What an investigation with its onset at ``at`` reads (an hour before to half an hour after,
+    never past now); without ``at``, the last ninety minutes."""
+    now = now or datetime.now(UTC)
+    if at is None:
+        return TimeRange(start=now - DEFAULT_BEFORE - DEFAULT_AFTER, end=now)
+    end = min(at + DEFAULT_AFTER, now)
+    return TimeRange(start=min(at - DEFAULT_BEFORE, end - timedelta(minutes=1)), end=end)
 
 
 async def check(
-    config: AnySourceConfig, *, environ: Mapping[str, str] | None = None, now: datetime | None = None
+    config: AnySourceConfig,
+    *,
+    environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+    span: TimeRange | None = None,
+    catalog: SignalCatalog | None = None,
 ) -> Health:
     env = os.environ if environ is None else environ
+    span = span or investigated_range(now=now)
+    catalog = catalog if catalog is not None else live_catalog()
     health = Health(kind=config.kind, name=config.name, target=_target(config), reachable=False)
     for problem, fix in missing_secrets(config, env):
         health.problems.append(problem)
         health.fixes.append(fix)
     reader = reader_for(config, env)
     try:
-        await asyncio.wait_for(_probe(config, reader, health, now or datetime.now(UTC)), timeout=config.timeout_s + 1)
+        await asyncio.wait_for(_probe(config, reader, health, span, catalog), timeout=config.timeout_s + 1)
         health.reachable = True
     except TimeoutError:
         health.problems.append(f"no answer within {config.timeout_s:g} s")
@@ -184,7 +272,14 @@ async def check(
 
 
 async def diagnose(
-    sources: SourcesConfig, *, environ: Mapping[str, str] | None = None, now: datetime | None = None
+    sources: SourcesConfig,
+    *,
+    environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+    span: TimeRange | None = None,
+    catalog: SignalCatalog | None = None,
 ) -> list[Health]:
-    """One row per configured instance, checked concurrently."""
-    return list(await asyncio.gather(*(check(c, environ=environ, now=now) for c in sources.all())))
+    """One row per configured instance, checked concurrently over ``span``."""
+    return list(
+        await asyncio.gather(*(check(c, environ=environ, now=now, span=span, catalog=catalog) for c in sources.all()))
+    )

@@ -48,6 +48,7 @@ from opsagent.models import (
     VersionsData,
 )
 from opsagent.naming import is_volume
+from opsagent.observations import times
 from opsagent.playbooks import (
     NOT_OWN_FAMILIES,
     Context,
@@ -180,7 +181,7 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
             continue
         shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
         mag = ranking.metric_weight(shortfall or s.mean_ratio)
-        ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else ""
+        ratio = times(s.mean_ratio) if s.mean_ratio is not None else ""
         if s.signal == metric_of(s) and is_volume(s.signal) and s.scope != "node":
             # How much work arrives (bytes, calls): its callers' doing unless traffic enters here.
             profiles[s.component].add(f"load:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
@@ -221,7 +222,7 @@ def _trace_features(profiles: dict[str, Profile], obs: Observation, data: Traces
             why = f"{t.origin_errors_window} error spans born here"
             profiles[t.service].add("trace:errors_up", ranking.TRACE_ERRORS_WEIGHT, obs, why)
         if t.fanout_shift is not None and evaluate(FANOUT_UP, obs, ctx).met:
-            why = f"x{t.fanout_shift:.1f} calls per request"
+            why = f"{times(t.fanout_shift)} calls per request"
             profiles[t.service].add("trace:fanout_up", ranking.FANOUT_WEIGHT, obs, why)
         if evaluate(WAITING, obs, ctx).met:
             profiles[t.service].add("trace:waiting", ranking.WAITING_WEIGHT, obs, "time spent waiting on callees")

@@ -144,6 +144,7 @@ class Change(BaseModel):
     to_version: str | None = None
     author: str | None = None
     diff: str | None = None
+    url: str | None = Field(default=None, description="where the change can be read: a commit or deploy page")
     steps: list[RolloutStep] = Field(default_factory=list, description="a rollout's steps, in time order")
     pods: dict[str, list[str]] = Field(default_factory=dict, description="version -> the pods running it")
 

@@ -3,27 +3,133 @@
 Budgets are enforced here, by the loop, never by a prompt: a step cap per hypothesis, a token budget
 shared by the investigation (observation and reasoner text), a wall-clock cap, and the per-call
 timeout the toolbox applies. After every step the judge rules; the loop stops as soon as it can.
+
+The loop is a stream (:func:`react`): it yields each :class:`StepTaken` once the reasoner has read
+its observation, then one :class:`Concluded` with the verdict and a :class:`StopReason`. The
+investigation reports what it does as typed :data:`Event` objects to a listener; the views (the live
+tree, the report's search tree) consume them. Nothing here draws anything.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import structlog
+from pydantic import Field
 
 from opsagent.judge import definitive, judge
-from opsagent.models import Hypothesis, HypothesisResult, Incident, SourceKind, Step
+from opsagent.models import (
+    Evidence,
+    Frozen,
+    Hypothesis,
+    HypothesisResult,
+    Incident,
+    RankedComponent,
+    RecalledLesson,
+    SourceKind,
+    Step,
+    StopReason,
+    Verdict,
+)
 from opsagent.reasoner import Reasoner
 from opsagent.tokens import estimate_tokens
 from opsagent.tools import Toolbox
 
+if TYPE_CHECKING:
+    from opsagent.lessons import Retrieved
+    from opsagent.triage import Triage
+
 log = structlog.get_logger("opsagent.loop")
 
 Clock = Callable[[], float]
-Listener = Callable[[str, dict[str, Any]], None]
+
+
+# ---------------------------------------------------------------- what an investigation reports
+
+
+class Triaged(Frozen):
+    """Triage is done: the components it ranked, from the sources it could read."""
+
+    event: Literal["triaged"] = "triaged"
+    components: list[RankedComponent]
+    sources: list[SourceKind]
+
+    @classmethod
+    def of(cls, found: Triage, *, top: int = 5) -> Triaged:
+        ranked = [
+            RankedComponent(component=c.component, score=c.score, why="; ".join(c.why)) for c in found.components[:top]
+        ]
+        return cls(components=ranked, sources=list(found.source_kinds))
+
+
+class Recalled(Frozen):
+    """The stored lessons retrieved for this investigation."""
+
+    event: Literal["recalled"] = "recalled"
+    lessons: list[RecalledLesson]
+
+    @classmethod
+    def of(cls, retrieved: list[Retrieved]) -> Recalled:
+        return cls(
+            lessons=[
+                RecalledLesson(
+                    lesson_id=r.lesson.id,
+                    refuted_kind=r.lesson.refuted_kind,
+                    component=r.component,
+                    relevance=r.relevance,
+                )
+                for r in retrieved
+            ]
+        )
+
+
+class Proposed(Frozen):
+    """A round of candidates, ranked, in the order the strategy takes them (lessons' notes included)."""
+
+    event: Literal["proposed"] = "proposed"
+    hypotheses: list[Hypothesis]
+
+
+class Beam(Frozen):
+    """The hypotheses a strategy verifies next, at once."""
+
+    event: Literal["beam"] = "beam"
+    hypothesis_ids: list[str]
+
+
+class Started(Frozen):
+    """A hypothesis entered the beam: its loop starts."""
+
+    event: Literal["started"] = "started"
+    hypothesis: Hypothesis
+
+
+class StepTaken(Frozen):
+    """One turn of a hypothesis's loop, with the evidence the reasoner read in its observation."""
+
+    event: Literal["step"] = "step"
+    hypothesis_id: str
+    step: Step
+
+
+class Concluded(Frozen):
+    """A hypothesis's loop stopped, and the judge's verdict on it."""
+
+    event: Literal["verdict"] = "verdict"
+    hypothesis_id: str
+    verdict: Verdict
+    stop_reason: StopReason
+    stop_detail: str
+
+
+Event = Annotated[Triaged | Recalled | Proposed | Beam | Started | StepTaken | Concluded, Field(discriminator="event")]
+Listener = Callable[[Event], None]
+
+
+# ---------------------------------------------------------------- budgets
 
 
 @dataclass(frozen=True)
@@ -50,10 +156,10 @@ class Meter:
     def __post_init__(self) -> None:
         self.started = self.clock()
 
-    def notify(self, event: str, **fields: Any) -> None:
-        """Progress for a live view; listeners must not raise."""
+    def notify(self, event: Event) -> None:
+        """Progress for the views; listeners must not raise."""
         if self.listener is not None:
-            self.listener(event, fields)
+            self.listener(event)
 
     def elapsed_s(self) -> float:
         return self.clock() - self.started
@@ -62,17 +168,31 @@ class Meter:
         """What the wall-clock budget has left: the toolbox gives no call more."""
         return self.budget.wall_s - self.elapsed_s()
 
-    def exhausted(self, steps_here: int) -> str | None:
+    def exhausted(self, steps_here: int) -> StopReason | None:
         if steps_here >= self.budget.max_steps:
-            return f"budget exhausted: {self.budget.max_steps} steps"
+            return StopReason.steps
         if self.tokens >= self.budget.token_budget:
-            return f"budget exhausted: {self.budget.token_budget} tokens"
+            return StopReason.tokens
         if self.elapsed_s() >= self.budget.wall_s:
-            return f"budget exhausted: {self.budget.wall_s:g} s wall clock"
+            return StopReason.wall_clock
         return None
 
+    def describe(self, reason: StopReason) -> str:
+        """The stop reason in words, with the budget's figure."""
+        return {
+            StopReason.steps: f"budget exhausted: {self.budget.max_steps} steps",
+            StopReason.tokens: f"budget exhausted: {self.budget.token_budget} tokens",
+            StopReason.wall_clock: f"budget exhausted: {self.budget.wall_s:g} s wall clock",
+            StopReason.no_checks_left: "no checks left",
+            StopReason.confirmed: "judge: confirmed",
+            StopReason.refuted: "judge: refuted",
+        }[reason]
 
-async def verify(
+
+# ---------------------------------------------------------------- the loop
+
+
+async def react(
     hypothesis: Hypothesis,
     *,
     incident: Incident,
@@ -80,25 +200,26 @@ async def verify(
     toolbox: Toolbox,
     meter: Meter,
     available: set[SourceKind],
-) -> HypothesisResult:
+) -> AsyncIterator[StepTaken | Concluded]:
+    """Verify one hypothesis as a stream: each step once its evidence is read, then the verdict."""
     steps: list[Step] = []
-    evidence = []
-    stop: str | None = None
-    meter.notify("hypothesis", id=hypothesis.id, kind=hypothesis.kind, component=hypothesis.component)
+    evidence: list[Evidence] = []
     while True:
         stop = meter.exhausted(len(steps))
         decision = await reasoner.decide(incident, hypothesis, steps, toolbox.observations, final=stop is not None)
-        if steps and decision.evidence:
-            steps[-1] = steps[-1].model_copy(update={"evidence": decision.evidence})
+        if steps:  # what the reasoner read in the last observation completes that step
+            if decision.evidence:
+                steps[-1] = steps[-1].model_copy(update={"evidence": decision.evidence})
+            yield StepTaken(hypothesis_id=hypothesis.id, step=steps[-1])
         evidence.extend(decision.evidence)
         verdict = judge(evidence, toolbox.observations, available=available)
         if definitive(verdict):
-            stop = f"judge: {verdict.status}"
+            stop = StopReason(verdict.status)
             break
         if stop is not None:
             break
         if decision.action is None:
-            stop = "no checks left"
+            stop = StopReason.no_checks_left
             break
         observation = await toolbox.call(decision.action)
         tokens = observation.tokens + estimate_tokens(decision.thought)
@@ -114,8 +235,35 @@ async def verify(
             )
         )
         log.debug("verify.step", hypothesis=hypothesis.id, tool=decision.action.tool, obs=observation.id)
-        meter.notify("step", id=hypothesis.id, thought=decision.thought, action=decision.action.key(), steps=len(steps))
-    verdict = judge(evidence, toolbox.observations, available=available, stop_reason=stop)
+    detail = meter.describe(stop)
+    verdict = judge(evidence, toolbox.observations, available=available, stop_reason=detail)
     log.info("judge.verdict", hypothesis=hypothesis.id, status=verdict.status, incident_id=incident.id)
-    meter.notify("verdict", id=hypothesis.id, status=verdict.status, reason=verdict.reason)
-    return HypothesisResult(hypothesis=hypothesis, steps=steps, verdict=verdict, stop_reason=stop)
+    yield Concluded(hypothesis_id=hypothesis.id, verdict=verdict, stop_reason=stop, stop_detail=detail)
+
+
+async def verify(
+    hypothesis: Hypothesis,
+    *,
+    incident: Incident,
+    reasoner: Reasoner,
+    toolbox: Toolbox,
+    meter: Meter,
+    available: set[SourceKind],
+) -> HypothesisResult:
+    """Run :func:`react` to its verdict, reporting every event to the meter's listener."""
+    meter.notify(Started(hypothesis=hypothesis))
+    steps: list[Step] = []
+    stream = react(hypothesis, incident=incident, reasoner=reasoner, toolbox=toolbox, meter=meter, available=available)
+    async for event in stream:
+        meter.notify(event)
+        if isinstance(event, StepTaken):
+            steps.append(event.step)
+            continue
+        return HypothesisResult(
+            hypothesis=hypothesis,
+            steps=steps,
+            verdict=event.verdict,
+            stop_reason=event.stop_reason,
+            stop_detail=event.stop_detail,
+        )
+    raise RuntimeError(f"the loop verifying {hypothesis.id} ended without a verdict")

@@ -308,6 +308,7 @@ class ChangeRecord(Frozen):
     to_version: str | None = None
     author: str | None = None
     diff: str | None = None
+    url: str | None = Field(default=None, description="where the change can be read: a commit, a deploy")
     minutes_before_onset: float
     steps: list[RolloutStep] = Field(default_factory=list, description="the rollout's steps, in time order")
     pods: dict[str, list[str]] = Field(default_factory=dict, description="version -> the pods running it")
@@ -568,11 +569,42 @@ class Verdict(Frozen):
     refuting: list[Evidence] = Field(default_factory=list)
 
 
+class StopReason(StrEnum):
+    """Why the loop verifying one hypothesis stopped."""
+
+    confirmed = "confirmed"  # the judge ruled: confirmed
+    refuted = "refuted"  # the judge ruled: refuted
+    steps = "steps"  # budget: the steps allowed per hypothesis were spent
+    tokens = "tokens"  # budget: the investigation's tokens were spent
+    wall_clock = "wall_clock"  # budget: the investigation's wall clock ran out
+    no_checks_left = "no_checks_left"  # the reasoner had nothing more to look at
+    search = "search"  # the strategy stopped it: left out of the beam, its tree done, a better branch
+
+    @property
+    def budget(self) -> bool:
+        """A budget stopped it (not the judge, not the reasoner)."""
+        return self in (StopReason.steps, StopReason.tokens, StopReason.wall_clock)
+
+
+def _legacy_stop_reason(value: Any) -> Any:
+    """Reports stored before stop reasons were an enum said them in words."""
+    if not isinstance(value, str) or value in StopReason.__members__:
+        return value
+    words = {"judge: confirmed": "confirmed", "judge: refuted": "refuted", "no checks left": "no_checks_left"}
+    if value in words:
+        return words[value]
+    for unit, reason in (("steps", "steps"), ("tokens", "tokens"), ("wall clock", "wall_clock")):
+        if value.startswith("budget exhausted") and value.endswith(unit):
+            return reason
+    return value
+
+
 class HypothesisResult(Frozen):
     hypothesis: Hypothesis
     steps: list[Step]
     verdict: Verdict
-    stop_reason: str
+    stop_reason: Annotated[StopReason, BeforeValidator(_legacy_stop_reason)]
+    stop_detail: str = Field(default="", description="the stop reason in words: which budget, at what figure")
 
 
 class LessonTrigger(Frozen):
@@ -623,6 +655,77 @@ class LessonUse(Frozen):
     acted: bool = Field(default=False, description="its trigger showed and it changed the investigation")
     effects: list[str] = Field(default_factory=list)
     lowered: list[str] = Field(default_factory=list, description="the hypotheses it lowered, as component/kind")
+    held_back: list[str] = Field(
+        default_factory=list,
+        description="hypotheses it lowered that were never verified here, as component/kind: "
+        "the lesson's refutation stands in for evidence this investigation did not gather",
+    )
+    refuted_kind: str | None = Field(default=None, description="the kind the lesson's incident refuted")
+    source_incident: str | None = Field(default=None, description="the incident that taught it")
+    refutation: list[Citation] = Field(
+        default_factory=list, description="the observations that refuted it there, with their values"
+    )
+
+
+# ---------------------------------------------------------------- the search, as a tree
+
+
+class RankedComponent(Frozen):
+    """A component as triage ranked it."""
+
+    component: str
+    score: float
+    why: str = ""
+
+
+class RecalledLesson(Frozen):
+    """A stored lesson an investigation retrieved."""
+
+    lesson_id: str
+    refuted_kind: str
+    component: str | None = Field(description="where its trigger shows; None when it shows nowhere here")
+    relevance: float
+
+
+class SearchNode(Frozen):
+    """One hypothesis of the search: proposed, perhaps verified, perhaps decided."""
+
+    hypothesis_id: str
+    component: str
+    kind: str
+    score: float
+    lesson_notes: list[str] = Field(default_factory=list, description="what retrieved lessons changed here")
+    beam: int | None = Field(
+        default=None, description="the beam of its round it was verified in (1 first; later ones backtrack)"
+    )
+    steps: list[str] = Field(default_factory=list, description="the calls its loop made, in order")
+    status: VerdictStatus | None = Field(default=None, description="the verdict; None while running, or never verified")
+    stop_reason: StopReason | None = None
+    reason: str = Field(default="", description="the verdict's reason")
+
+    @property
+    def verified(self) -> bool:
+        return self.beam is not None
+
+
+class SearchRound(Frozen):
+    """One round of proposals, ranked, in the order the strategy took them."""
+
+    index: int
+    nodes: list[SearchNode]
+
+
+class SearchTree(Frozen):
+    """The search an investigation made: triage, the lessons it recalled, each round's candidates,
+    the beams they were verified in, and the verdicts. Built from the investigation's events."""
+
+    components: list[RankedComponent] = Field(default_factory=list, description="triage's top components")
+    sources: list[SourceKind] = Field(default_factory=list, description="the kinds of source triage could read")
+    lessons: list[RecalledLesson] = Field(default_factory=list)
+    rounds: list[SearchRound] = Field(default_factory=list)
+
+    def nodes(self) -> list[SearchNode]:
+        return [n for r in self.rounds for n in r.nodes]
 
 
 # ---------------------------------------------------------------- the answer
@@ -697,6 +800,15 @@ class PlanRevision(Frozen):
     added: list[str] = Field(default_factory=list, description="hypotheses the re-plan brought in")
 
 
+class Link(Frozen):
+    """A way out of the report to the system that holds the detail."""
+
+    kind: Literal["alert", "runbook", "series", "silence", "change"]
+    label: str
+    url: str
+    observation_id: str | None = Field(default=None, description="the cited observation it opens, if any")
+
+
 class Cost(BaseModel):
     steps: int = 0
     tool_calls: int = 0
@@ -769,7 +881,17 @@ class ModelRecord(BaseModel):
     )
 
 
+#: The JSON report's schema version (opsagent/data/report.schema.json). Raised when a field is
+#: removed, renamed or changes meaning; a field added with a default leaves it as it is.
+REPORT_SCHEMA_VERSION = 1
+
+
 class Report(BaseModel):
+    """One investigation's answer: what ``investigate --json`` prints and the store keeps."""
+
+    schema_version: int = Field(
+        default=REPORT_SCHEMA_VERSION, description="the version of this format (README, JSON report)"
+    )
     incident: Incident
     strategy: str
     status: Literal["confirmed", "probable", "inconclusive"]
@@ -792,6 +914,11 @@ class Report(BaseModel):
     llm: ModelRecord | None = Field(default=None, description="the model's prompts, replies and cost")
     plan: list[PlanRevision] = Field(
         default_factory=list, description="the plan of checks and every re-plan (strategy plan); empty otherwise"
+    )
+    search: SearchTree | None = Field(default=None, description="the search as a tree: rounds, beams, verdicts")
+    links: list[Link] = Field(
+        default_factory=list,
+        description="the alert's source, its runbook, each cited series, a silence, each cited change",
     )
 
     @property

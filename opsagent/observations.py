@@ -7,6 +7,8 @@ show, highest information first.
 
 from __future__ import annotations
 
+import math
+
 from opsagent.logsummary.render import render
 from opsagent.models import (
     ChangesData,
@@ -34,13 +36,25 @@ def fmt(value: float | None, unit: str | None = None) -> str:
     return f"{value:.3g}" + (f" {unit}" if unit and unit not in ("ratio", "count") else "")
 
 
+def times(ratio: float | None) -> str:
+    """How many times its normal level something is, for people: ``9.7×``, ``139×``, and a rise
+    from nothing says so rather than ``xinf``."""
+    if ratio is None or math.isnan(ratio):
+        return "?×"
+    if math.isinf(ratio):
+        return "from zero"
+    if abs(ratio) >= 10:
+        return f"{ratio:,.0f}×"
+    return f"{ratio:.2g}×" if abs(ratio) < 1 else f"{ratio:.1f}×"
+
+
 def describe_series(s: SeriesStats) -> str:
     parts = [
         f"{s.signal} of {s.component}: baseline {fmt(s.baseline_mean, s.unit)}",
         f"window {fmt(s.window_mean, s.unit)} (peak {fmt(s.window_max, s.unit)})",
     ]
     if s.mean_ratio is not None:
-        parts.append(f"x{s.mean_ratio:.2f}")
+        parts.append(times(s.mean_ratio))
     if s.z_score is not None:
         parts.append(f"z={s.z_score:.1f}")
     parts.append(s.direction)
@@ -104,12 +118,12 @@ def _changes(d: ChangesData) -> str:
 def _traces(d: TracesData) -> str:
     lines = []
     for s in d.services:
-        shift = f"x{s.self_shift:.2f}" if s.self_shift is not None else "n/a"
+        shift = times(s.self_shift) if s.self_shift is not None else "n/a"
         lines.append(
             f"{s.service}: self p50 {fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms ({shift}), "
             f"total p50 {fmt(s.total_ms_baseline)} -> {fmt(s.total_ms_window)} ms, "
             f"errors {s.errors_baseline} -> {s.errors_window} (born here {s.origin_errors_baseline} -> "
-            f"{s.origin_errors_window})" + (f", calls/span x{s.fanout_shift:.2f}" if s.fanout_shift else "")
+            f"{s.origin_errors_window})" + (f", calls/span {times(s.fanout_shift)}" if s.fanout_shift else "")
         )
     for o in d.slowest_operations:
         lines.append(f"slow: {o.service} {o.operation} p95 {o.p95_ms:.0f} ms (self {o.self_p95_ms:.0f} ms)")

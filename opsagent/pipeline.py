@@ -21,8 +21,9 @@ from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.discovery import discover, metric_names
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
-from opsagent.lessons import retrieve
-from opsagent.loop import Budget, Clock, Listener, Meter
+from opsagent.lessons import Retrieved, retrieve
+from opsagent.links import LinkSettings, links_for
+from opsagent.loop import Budget, Clock, Listener, Meter, Recalled, Triaged
 from opsagent.models import (
     CHANGE_KINDS,
     Action,
@@ -43,11 +44,12 @@ from opsagent.models import (
     Symptom,
     TimelineEvent,
 )
-from opsagent.observations import fmt
+from opsagent.observations import fmt, times
 from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.redaction import scrub_model
+from opsagent.search import SearchRecorder, fan_out
 from opsagent.sources import Sources
 from opsagent.strategies import Outcome, reflect, strategy
 from opsagent.tools import Toolbox
@@ -120,10 +122,12 @@ async def investigate(
     now: datetime | None = None,
     incident_id: str | None = None,
     recording: Recording | None = None,
+    links: LinkSettings | None = None,
 ) -> Report:
     budget = budget or Budget()
     chosen = strategy(strategy_name)
-    meter = Meter(budget=budget, clock=clock, listener=listener)
+    search = SearchRecorder()  # the report keeps the tree the live view draws
+    meter = Meter(budget=budget, clock=clock, listener=fan_out([search, listener]))
     provisional = open_incident(
         alert,
         window=recording.window if recording else None,
@@ -144,13 +148,16 @@ async def investigate(
     log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
     if isinstance(reasoner, PerInvestigation):
         reasoner = reasoner.bind(meter, toolbox.observations)
+
+    def recall(found: Triage) -> list[Retrieved]:
+        # A strategy recalls lessons once its triage is done: the views hear of both here.
+        meter.notify(Triaged.of(found))
+        retrieved = retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap)
+        meter.notify(Recalled.of(retrieved))
+        return retrieved
+
     outcome = await chosen.run(
-        incident,
-        reasoner=reasoner,
-        toolbox=toolbox,
-        meter=meter,
-        topology=topology or [],
-        recall=lambda found: retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap),
+        incident, reasoner=reasoner, toolbox=toolbox, meter=meter, topology=topology or [], recall=recall
     )
     stamp = now or datetime.now(UTC)
     written = [
@@ -159,6 +166,8 @@ async def investigate(
         if (lesson := await _lesson(reasoner, incident, r, stamp, outcome, toolbox.observations))
     ]
     report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.label, lessons=written)
+    report = report.model_copy(update={"search": search.tree()})
+    report = report.model_copy(update={"links": links_for(report, alert, links)})
     if isinstance(reasoner, PerInvestigation):
         report = report.model_copy(update={"llm": reasoner.transcript()})
     report = scrub_model(report)  # the alert's own text too: no report carries a secret
@@ -199,9 +208,8 @@ def conclude(
         [(c.component, c.score, c.why) for c in outcome.triage.components],
         outcome.triage.graph,
     )
-    exhausted = meter.exhausted(0) or next(
-        (r.stop_reason for r in outcome.results if r.stop_reason.startswith("budget")), None
-    )
+    stopped = meter.exhausted(0) or next((r.stop_reason for r in outcome.results if r.stop_reason.budget), None)
+    exhausted = meter.describe(stopped) if stopped is not None else None
     top = ranked[0] if ranked and ranked[0].status in ("confirmed", "probable") else None
     winner = _result_for(outcome.results, top)
     evidence: list[Evidence] = list(winner.verdict.supporting) if winner else []
@@ -274,11 +282,12 @@ def conclude(
 
 
 def lesson_uses(outcome: Outcome) -> list[LessonUse]:
-    """Each retrieved lesson, with what it changed: ranks lowered, calls made first, hypotheses kept out."""
+    """Each retrieved lesson, with what it changed: ranks lowered, calls made first, hypotheses kept
+    out, and for those kept out the refutation the lesson carries (a lesson never hides evidence)."""
     verified = {r.hypothesis.id for r in outcome.results}
     uses = []
     for r in outcome.retrieved:
-        effects, lowered = [], []
+        effects, lowered, held_back = [], [], []
         for h in outcome.proposed:
             notes = [n.split(": ", 1)[1] for n in h.lesson_notes if n.startswith(r.lesson.id + ":")]
             effects.extend(notes)
@@ -286,6 +295,7 @@ def lesson_uses(outcome: Outcome) -> list[LessonUse]:
                 lowered.append(f"{h.component}/{h.kind}")
                 if h.id not in verified:
                     effects.append(f"{h.kind} on {h.component} was not verified")
+                    held_back.append(f"{h.component}/{h.kind}")
         acted = bool(effects)
         if r.component is None:
             effects.append("retrieved for review; its trigger does not show here")
@@ -296,6 +306,10 @@ def lesson_uses(outcome: Outcome) -> list[LessonUse]:
                 acted=acted,
                 effects=list(dict.fromkeys(effects)),
                 lowered=list(dict.fromkeys(lowered)),
+                held_back=list(dict.fromkeys(held_back)),
+                refuted_kind=r.lesson.refuted_kind,
+                source_incident=r.lesson.source_incident,
+                refutation=list(r.lesson.refuting_evidence),
             )
         )
     return uses
@@ -333,7 +347,7 @@ def _cited_components(evidence: list[Evidence], toolbox: Toolbox) -> set[str]:
 
 def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list[Evidence]) -> list[TimelineEvent]:
     events = [
-        TimelineEvent(ts=incident.onset, what=f"onset: {incident.title}", kind="onset"),
+        TimelineEvent(ts=incident.onset, what=incident.title, kind="onset"),
     ]
     if incident.alerted_at is not None:
         events.append(TimelineEvent(ts=incident.alerted_at, what="alert fired", kind="alert"))
@@ -376,7 +390,7 @@ def timeline(incident: Incident, found: Triage, toolbox: Toolbox, evidence: list
                         TimelineEvent(
                             ts=s.change_point,
                             what=f"{s.signal} of {s.component} {s.direction}"
-                            + (f" x{s.mean_ratio:.1f}" if s.mean_ratio and s.mean_ratio != float("inf") else ""),
+                            + (f" {times(s.mean_ratio)}" if s.mean_ratio is not None else ""),
                             kind="symptom",
                             observation_id=obs.id,
                         )
@@ -434,7 +448,8 @@ def next_steps(
         if named is not None:
             back = f" ({named.service} {named.to_version} -> {named.from_version})" if named.from_version else ""
             steps.insert(0, f"Roll back {named.id}{back}.")
-            if named.ended is None or (until is not None and named.ended > until):
+            rolling = named.kind == "rollout" or len(named.ids) > 1  # a change that moves in steps
+            if rolling and (named.ended is None or (until is not None and named.ended > until)):
                 steps.insert(1, f"Pause {named.id} first, so that its next step takes no more pods or traffic.")
         elif top.kind in CHANGE_KINDS:
             steps.insert(0, f"Consider rolling back the change to {top.component} cited in the evidence.")

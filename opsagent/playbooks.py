@@ -43,7 +43,7 @@ from opsagent.models import (
     TracesData,
     VersionsData,
 )
-from opsagent.observations import fmt
+from opsagent.observations import fmt, times
 from opsagent.tools import TOOLS
 
 
@@ -384,7 +384,7 @@ def _stats(obs: Observation) -> SeriesStats | None:
 
 
 def _ratio_text(s: SeriesStats) -> str:
-    ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else "x?"
+    ratio = times(s.mean_ratio)
     return f"{s.signal} {fmt(s.baseline_mean, s.unit)} -> {fmt(s.window_mean, s.unit)} ({ratio})"
 
 
@@ -716,7 +716,7 @@ def _self_time_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     s = _span_stats(obs, ctx)
     if s is None or s.self_shift is None:
         return _UNKNOWN
-    text = f"{ctx.service} self time x{s.self_shift:.2f} ({fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms)"
+    text = f"{ctx.service} self time {times(s.self_shift)} ({fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms)"
     return Outcome(s.self_shift >= exp.min_shift, text)
 
 

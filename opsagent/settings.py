@@ -22,6 +22,7 @@ from pydantic_settings import (
 from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig, credentials_in_url
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef, not_utf8
+from opsagent.links import LinkSettings
 
 
 def _default_data_dir() -> Path:
@@ -155,6 +156,9 @@ class Settings(BaseSettings):
     alertmanager: AlertmanagerConfig | None = Field(
         default=None, description="where `opsagent alerts` and `investigate --alert` read what is firing"
     )
+    links: LinkSettings = Field(
+        default_factory=LinkSettings, description="where a report's links out point (Prometheus, Grafana, Alertmanager)"
+    )
 
     @field_validator("public_url")
     @classmethod
@@ -187,6 +191,17 @@ class Settings(BaseSettings):
     @property
     def database(self) -> Path:
         return self.data_dir / "opsagent.db"
+
+    def link_settings(self) -> LinkSettings:
+        """``links:``, with the configured Prometheus and Alertmanager where it names none."""
+        prometheus = self.sources.prometheus[0].url if self.sources.prometheus else None
+        alertmanager = self.alertmanager.url if self.alertmanager is not None else None
+        return self.links.model_copy(
+            update={
+                "prometheus_url": self.links.prometheus_url or prometheus,
+                "alertmanager_url": self.links.alertmanager_url or alertmanager,
+            }
+        )
 
 
 def secret_fields(settings_cls: type[BaseSettings]) -> set[str]:

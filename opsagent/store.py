@@ -132,6 +132,14 @@ class InvestigationRecord(BaseModel):
     lessons_used: list[str]
     feedback: str | None
     feedback_root_cause: str | None
+    title: str | None = None
+
+
+#: An investigation's row, its title read from the stored report (SQLite's json_extract).
+_INVESTIGATION_COLUMNS = (
+    "incident_id, created_at, status, root_component, root_kind, lessons_used, feedback, feedback_root_cause,"
+    " json_extract(report, '$.incident.title')"
+)
 
 
 IncidentState = Literal["firing", "resolved"]
@@ -442,13 +450,20 @@ class Store:
     def investigation(self, incident_id: str) -> InvestigationRecord:
         with self._reading("investigation"):
             row = self._db.execute(
-                "SELECT incident_id, created_at, status, root_component, root_kind, lessons_used, feedback,"
-                " feedback_root_cause FROM investigations WHERE incident_id = ?",
-                (incident_id,),
+                f"SELECT {_INVESTIGATION_COLUMNS} FROM investigations WHERE incident_id = ?", (incident_id,)
             ).fetchone()
             if row is None:
-                raise StoreError(f"no investigation {incident_id} (see `opsagent lessons list`?)", path=self.path)
+                raise StoreError(f"no investigation {incident_id} (see `opsagent investigations list`)", path=self.path)
             return self._investigation(row)
+
+    def investigations(self, *, limit: int = 50) -> list[InvestigationRecord]:
+        """Recorded investigations, most recent first."""
+        with self._reading("investigation"):
+            rows = self._db.execute(
+                f"SELECT {_INVESTIGATION_COLUMNS} FROM investigations ORDER BY created_at DESC, incident_id LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [self._investigation(r) for r in rows]
 
     @staticmethod
     def _investigation(row: Sequence[Any]) -> InvestigationRecord:
@@ -461,13 +476,14 @@ class Store:
             lessons_used=json.loads(row[5]),
             feedback=row[6],
             feedback_root_cause=row[7],
+            title=row[8],
         )
 
     def report(self, incident_id: str) -> Report:
         with self._reading("report"):
             row = self._db.execute("SELECT report FROM investigations WHERE incident_id = ?", (incident_id,)).fetchone()
             if row is None:
-                raise StoreError(f"no investigation {incident_id}", path=self.path)
+                raise StoreError(f"no investigation {incident_id} (see `opsagent investigations list`)", path=self.path)
             return Report.model_validate_json(row[0])
 
     def record_feedback(self, incident_id: str, *, correct: bool, root_cause: str | None) -> None:

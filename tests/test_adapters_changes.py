@@ -13,7 +13,7 @@ import httpx
 import pytest
 import respx
 
-from adapters.changes_git import GitChangesReader, git_cli
+from adapters.changes_git import GitChangesReader, commit_url_template, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.live import LiveChanges
 from adapters.replay import ReplayChanges
@@ -149,7 +149,39 @@ def test_git_only_reads(gitops: Path) -> None:
         return await inner(args)
 
     _changes(GitChangesReader(spy, name="gitops", rules=RULES), fake_incident())
-    assert set(seen) <= {"log", "show"}
+    assert set(seen) <= {"log", "show", "config"}  # config --get remote.origin.url: for commit links
+
+
+def test_a_commit_links_to_its_page_on_the_forge_of_the_origin_remote(tmp_path: Path, gitops: Path) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(gitops), str(clone)], check=True)
+    _git(clone, "remote", "set-url", "origin", "https://ci:s3cret@github.com/acme/gitops.git")
+    changes = _changes(GitChangesReader(git_cli(clone), name="gitops", rules=RULES), fake_incident())
+    sha = _git(clone, "log", "-1", "--format=%H", "--grep", "Deploy checkout").strip()
+    deploy = next(c for c in changes if c.summary == "Deploy checkout 1.4.2")  # type: ignore[attr-defined]
+    assert deploy.url == f"https://github.com/acme/gitops/commit/{sha}"  # type: ignore[attr-defined]
+    assert all("s3cret" not in (c.url or "") for c in changes)  # type: ignore[attr-defined]
+    template = GitChangesReader(
+        git_cli(gitops), name="gitops", rules=RULES, commit_url="https://code.example/ops/-/c/{sha}"
+    )
+    assert _changes(template, fake_incident())[0].url == f"https://code.example/ops/-/c/{sha}"  # type: ignore[attr-defined]
+    assert all(
+        c.url is None for c in _changes(GitChangesReader(git_cli(gitops), name="g", rules=RULES), fake_incident())
+    )  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("remote", "template"),
+    [
+        ("git@github.com:acme/gitops.git", "https://github.com/acme/gitops/commit/{sha}"),
+        ("ssh://git@gitlab.example.com:2222/group/ops.git", "https://gitlab.example.com/group/ops/-/commit/{sha}"),
+        ("https://bitbucket.org/acme/ops", "https://bitbucket.org/acme/ops/commits/{sha}"),
+        ("/srv/git/ops.git", None),
+        ("", None),
+    ],
+)
+def test_commit_url_templates_by_forge(remote: str, template: str | None) -> None:
+    assert commit_url_template(remote) == template
 
 
 # ---------------------------------------------------------------- HTTP change feed
@@ -177,6 +209,7 @@ def _order() -> tuple[Incident, list[dict[str, object]]]:
             "by": c.author,
             "versions": {"old": c.from_version, "new": c.to_version},
             "patch": c.diff,
+            "links": {"html": c.url},
         }
         for c in rec.changes
     ]
@@ -200,6 +233,7 @@ def _feed_reader() -> HttpChangesReader:
             from_version="versions.old",
             to_version="versions.new",
             diff="patch",
+            url="links.html",
         ),
     )
 
@@ -214,6 +248,7 @@ def test_feed_with_field_mapping_matches_replay(router: respx.Router) -> None:
         got = asyncio.run(LiveChanges(_feed_reader()).changes(incident=incident, service=service, before_min=60))
         want = asyncio.run(ReplayChanges(rec).changes(incident=incident, service=service, before_min=60))
         assert got == want and want.changes
+        assert any(c.url for c in got.changes)  # the deploy tracker's page of a change, as the fixture has it
     sent = route.calls[0].request
     assert sent.method == "GET" and sent.headers["authorization"] == "Bearer t0ken"
     assert int(sent.url.params["since"]) == int((incident.onset - timedelta(minutes=60)).timestamp() * 1000)

@@ -25,13 +25,13 @@ from adapters.sourceconfig import (
     SourcesConfig,
 )
 from adapters.wrappers import WrappedReader
+from opsagent.cli.sources import register
 from opsagent.doctor import check, diagnose
 from opsagent.errors import ConfigError
 from opsagent.models import Alert
 from opsagent.pipeline import investigate, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.settings import load_settings
-from opsagent.sources_cli import register
 from tests.prometheus_server import free_port
 from tests.service_support import order_alert
 
@@ -151,14 +151,14 @@ def test_doctor_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     runner = CliRunner()
     _config_file(tmp_path, monkeypatch, "lessons_top_k: 3\n")
     result = runner.invoke(_app(), ["doctor"])
-    assert result.exit_code == 1 and "no live sources configured" in result.output
+    assert result.exit_code == 2 and "no live sources configured" in result.output
     _config_file(
         tmp_path,
         monkeypatch,
         f"sources:\n  prometheus:\n    - {{name: main, url: 'http://127.0.0.1:{free_port()}', timeout_s: 2}}\n",
     )
     result = runner.invoke(_app(), ["doctor"])
-    assert result.exit_code == 1 and "prometheus:main" in result.output and "check the address" in result.output
+    assert result.exit_code == 3 and "prometheus:main" in result.output and "check the address" in result.output
     _config_file(tmp_path, monkeypatch, "sources:\n  jaeger:\n    - {name: j, url: 'http://j:1', password: x}\n")
     result = runner.invoke(_app(), ["doctor"])
     assert result.exit_code == 2 and "OPSAGENT_JAEGER_J_PASSWORD" in result.output

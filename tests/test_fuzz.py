@@ -78,14 +78,14 @@ def test_no_alert_file_makes_investigate_fail(tmp_path: Path) -> None:
         path.write_bytes(content)
         result = runner.invoke(app, ["investigate", str(path), "--json", "--no-lessons", "--wall-s", "10"])
         assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-        assert result.exit_code in (0, 2), result.output
+        assert result.exit_code in (2, 3), result.output  # refused, or inconclusive: no source to read
         assert "Traceback" not in result.output
-        if result.exit_code == 0:
+        if result.exit_code == 3:
             assert json.loads(result.stdout)["unreadable_sources"]  # no source configured: each is named
         exits.add(result.exit_code)
 
     investigate()
-    assert exits == {0, 2}  # the fuzzing reached both outcomes: valid alerts and refused ones
+    assert exits == {2, 3}  # the fuzzing reached both outcomes: valid alerts and refused ones
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def test_a_recorded_incident_that_is_not_utf8_is_named_by_file_and_line(tmp_path
     (header / "incident.yaml").write_bytes((header / "incident.yaml").read_bytes() + b"\n# r\xe9sum\xe9\n")
     for command in (["investigate", str(header)], ["fixtures", "validate", str(header)]):
         result = runner.invoke(app, command)
-        assert result.exit_code in (1, 2) and "incident.yaml" in result.output and "not UTF-8" in result.output
+        assert result.exit_code == 2 and "incident.yaml" in result.output and "not UTF-8" in result.output
         _clean(result.output)
     lines = tmp_path / "bad-line"
     shutil.copytree(ORDER_INCIDENT, lines)
@@ -66,7 +66,7 @@ def test_a_recorded_incident_that_is_not_utf8_is_named_by_file_and_line(tmp_path
     logs.insert(2, b'{"ts": "2026-03-17T14:00:00Z", "service": "x", "level": "info", "message": "caf\xe9"}')
     (lines / "logs.jsonl.gz").write_bytes(gzip.compress(b"\n".join(logs) + b"\n"))
     result = runner.invoke(app, ["fixtures", "validate", str(lines)])
-    assert result.exit_code == 1 and "logs.jsonl.gz:3" in result.output and "not UTF-8" in result.output
+    assert result.exit_code == 2 and "logs.jsonl.gz:3" in result.output and "not UTF-8" in result.output
     _clean(result.output)
 
 
@@ -133,7 +133,7 @@ def test_a_nan_metric_sample_is_refused_at_load_with_its_line(tmp_path: Path) ->
     with opener(metrics, "wt", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
     validated = runner.invoke(app, ["fixtures", "validate", str(fixture)])
-    assert validated.exit_code == 1 and f"{metrics.name}:1 [samples.1.1]" in validated.output
+    assert validated.exit_code == 2 and f"{metrics.name}:1 [samples.1.1]" in validated.output
     assert "finite" in validated.output
     investigated = runner.invoke(app, ["investigate", str(fixture)])
     assert investigated.exit_code == 2 and "finite" in investigated.output

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 #: Modules that wire adapters to the engine; everything else in opsagent/ is the engine.
-APPLICATION = {"cli", "sources_cli", "alerts_cli", "doctor", "record", "settings", "pipeline", "service"}
+APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "service"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -11,9 +11,10 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from opsagent.cli.prompts import register
 from opsagent.errors import ConfigError
 from opsagent.llm import LLMReasoner, ModelConfigError
-from opsagent.llm.cli import build_reasoner, register
+from opsagent.llm.cli import build_reasoner
 from opsagent.pipeline import investigate_fixture
 from opsagent.report import model_summary as summary_line
 from opsagent.report import render, to_markdown

@@ -11,6 +11,7 @@ import respx
 
 from opsagent.llm import FunctionModel, ModelReply, ModelRequest, ScriptedModel, follow_hints
 from opsagent.loop import Budget
+from opsagent.models import StopReason
 from tests.llm_support import ENDPOINT, investigate, reasoner
 
 GOOD_PROPOSAL = json.dumps(
@@ -126,7 +127,7 @@ def test_a_model_that_never_says_final_is_ended_by_the_step_budget() -> None:
 
     report = investigate(reasoner(FunctionModel(fn)), budget=Budget(max_steps=3))
     assert all(len(r.steps) <= 3 for r in report.results)
-    assert any(r.stop_reason == "budget exhausted: 3 steps" for r in report.results)
+    assert any(r.stop_reason is StopReason.steps for r in report.results)
     assert report.budget_exhausted == "budget exhausted: 3 steps"
 
 

@@ -21,7 +21,7 @@ from opsagent.llm import FunctionModel, ModelReply, ModelRequest, RecordedModel,
 from opsagent.llm.cli import print_prompts
 from opsagent.llm.grounding import Claim, Rules
 from opsagent.loop import Budget, Meter, verify
-from opsagent.models import Hypothesis, SourceKind
+from opsagent.models import Hypothesis, SourceKind, StopReason
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.llm_support import ENDPOINT, PLAYBOOKS, investigate, reasoner, recording
@@ -198,7 +198,8 @@ def test_a_model_that_never_says_final_is_stopped_by_the_loop() -> None:
     result = asyncio.run(
         verify(HYP, incident=box.incident, reasoner=r, toolbox=box, meter=meter, available={SourceKind.logs})
     )
-    assert len(result.steps) == 3 and result.stop_reason == "budget exhausted: 3 steps"
+    assert len(result.steps) == 3 and result.stop_reason is StopReason.steps
+    assert result.stop_detail == "budget exhausted: 3 steps"
     assert result.verdict.status == "inconclusive"
 
 

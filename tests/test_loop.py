@@ -6,7 +6,7 @@ from adapters.replay import replay_sources
 from opsagent.catalog import default_catalog
 from opsagent.fixtures import load
 from opsagent.loop import Budget, Meter, verify
-from opsagent.models import Action, Hypothesis, SourceKind
+from opsagent.models import Action, Hypothesis, SourceKind, StopReason
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner, ScriptedReasoner
 from opsagent.sources import Sources
@@ -31,7 +31,8 @@ def test_one_step_budget_ends_inconclusive_with_budget_exhausted() -> None:
     assert report.status == "inconclusive"
     assert report.root_cause is None
     assert all(len(r.steps) <= 1 for r in report.results)
-    assert any("budget exhausted: 1 steps" in r.stop_reason for r in report.results)
+    assert any(r.stop_reason is StopReason.steps and r.stop_reason.budget for r in report.results)
+    assert any(r.stop_detail == "budget exhausted: 1 steps" for r in report.results)
     assert report.budget_exhausted == "budget exhausted: 1 steps"
     assert report.statement.startswith("inconclusive — needs a human")
 
@@ -82,7 +83,8 @@ def test_malformed_actions_become_observations_and_the_loop_goes_on() -> None:
     first = box.observations[result.steps[0].observation_id or ""]
     assert not first.ok and "format error" in first.text and "metrics.signal" in first.text
     assert len(result.steps) == 2 and metrics.calls == 1
-    assert result.stop_reason == "no checks left" and result.verdict.status == "inconclusive"
+    assert result.stop_reason is StopReason.no_checks_left and result.verdict.status == "inconclusive"
+    assert result.verdict.reason == "no checks left"
 
 
 def test_evidence_citing_missing_observations_does_not_count() -> None:

@@ -414,7 +414,7 @@ def test_serve_registers_on_a_typer_app_and_refuses_to_start_without_credentials
     import typer
     from typer.testing import CliRunner
 
-    from opsagent.service.cli import register
+    from opsagent.cli.serve import register
 
     cli = typer.Typer()
 

@@ -57,7 +57,7 @@ def test_two_dead_prometheus_are_both_named_with_their_reasons(config: Path, tmp
     _prometheus(config, ("east", f"http://127.0.0.1:{free_port()}"), ("west", f"http://127.0.0.1:{free_port()}"))
     out = tmp_path / "report.md"
     result = runner.invoke(app, ["investigate", str(_alert_file(tmp_path)), "--json", "--markdown", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # inconclusive: nothing could be read
     unreadable = json.loads(result.stdout)["unreadable_sources"]
     assert "Connection refused" in unreadable["metrics:east"] and "Connection refused" in unreadable["metrics:west"]
     assert "metrics:east+west" not in unreadable  # the instances, not the pair
@@ -69,7 +69,7 @@ def test_an_instance_that_fails_while_another_answers_is_named_too(config: Path,
     with empty_prometheus() as alive:
         _prometheus(config, ("alive", alive), ("dead", f"http://127.0.0.1:{free_port()}"))
         result = runner.invoke(app, ["investigate", str(_alert_file(tmp_path)), "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # inconclusive: nothing could be read
     report = json.loads(result.stdout)
     unreadable = report["unreadable_sources"]
     assert "Connection refused" in unreadable["metrics:dead"]
@@ -164,7 +164,7 @@ def test_a_listener_that_never_answers_costs_the_budget_and_the_report_states_wh
         started = time.monotonic()
         result = runner.invoke(app, ["investigate", str(_alert_file(tmp_path)), "--json", "--wall-s", "4"])
         took = time.monotonic() - started
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # inconclusive: nothing could be read
     report = json.loads(result.stdout)
     stated = report["cost"]["wall_ms"] / 1000
     assert stated <= 4.5, stated

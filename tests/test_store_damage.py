@@ -68,7 +68,7 @@ def test_lessons_whose_pages_are_damaged_leave_an_investigation_without_lessons(
     assert result.stderr.count("warning:") == 1, result.stderr  # one clear warning, not one per attempt
     assert "lessons off for this run" in result.stderr and "malformed" in result.stderr
 
-    replayed = runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--lessons", "on", "--json"])
+    replayed = runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--lessons", "--json"])
     assert replayed.exit_code == 0, replayed.output
     assert json.loads(replayed.stdout)["ac1"] == 1.0 and "lessons off for this run" in replayed.stderr
 

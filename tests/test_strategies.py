@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from opsagent.errors import ConfigError
 from opsagent.lessons import Retrieved, concrete
 from opsagent.llm import FunctionModel, follow_hints
-from opsagent.loop import Budget
+from opsagent.loop import Budget, Concluded, Event, Started, StepTaken
 from opsagent.models import Hypothesis, Incident, Observation, Report, Step, Symptom
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
@@ -34,6 +34,17 @@ NEW = ["tot", "plan", "mcts", "reflexion"]
 PLAYBOOKS = load_default_playbooks()
 
 
+def _named(event: Event) -> tuple[str, dict[str, Any]]:
+    """An event as (its name, the hypothesis it is about and its verdict): what these tests compare."""
+    if isinstance(event, Concluded):
+        return event.event, {"id": event.hypothesis_id, "status": event.verdict.status}
+    if isinstance(event, StepTaken):
+        return event.event, {"id": event.hypothesis_id}
+    if isinstance(event, Started):
+        return "hypothesis", {"id": event.hypothesis.id}
+    return event.event, {}
+
+
 def investigate(
     path: Path, name: str, *, budget: Budget | None = None, **kwargs: Any
 ) -> tuple[Report, list[tuple[str, dict[str, Any]]]]:
@@ -44,7 +55,7 @@ def investigate(
             playbooks=PLAYBOOKS,
             strategy_name=name,
             budget=budget,
-            listener=lambda event, fields: events.append((event, fields)),
+            listener=lambda event: events.append(_named(event)),
             **kwargs,
         )
     )
@@ -187,8 +198,8 @@ def test_tot_keeps_only_the_beam_and_says_why_the_rest_waited() -> None:
     report, _ = investigate(ORDER_INCIDENT, "tot:beam=1,breadth=2,depth=2")
     steps = sum(len(r.steps) for r in report.results)
     assert steps <= 1 * 2 * 2  # b x w children a level, d levels
-    waited = [r for r in report.results if r.stop_reason.startswith("stopped by tot: left out of the beam")]
-    done = [r for r in report.results if r.stop_reason.startswith("stopped by tot: the tree is done")]
+    waited = [r for r in report.results if r.stop_detail.startswith("stopped by tot: left out of the beam")]
+    done = [r for r in report.results if r.stop_detail.startswith("stopped by tot: the tree is done")]
     assert waited or done
     assert all(r.verdict.status in ("inconclusive", "confirmed", "refuted", "probable") for r in report.results)
 

@@ -10,7 +10,7 @@ import pytest
 
 from opsagent.catalog import default_catalog
 from opsagent.loop import Budget, Meter
-from opsagent.models import Action, Hypothesis, Incident, Observation, SourceKind, Step
+from opsagent.models import Action, Hypothesis, Incident, Observation, SourceKind, Step, StopReason
 from opsagent.reasoner import Decision, ScriptedReasoner
 from opsagent.sources import Sources
 from opsagent.strategies.chains import Chains
@@ -71,7 +71,7 @@ def test_a_chain_holds_before_each_call_and_makes_one_call_when_advanced() -> No
             assert chain.held and chain.steps == 1 and chain.next_action == MEMORY and metrics.calls == 1
             await chains.advance(chain)
             await chains.advance(chain)  # nothing left: the loop ends by itself
-            assert chain.done and chain.result is not None and chain.result.stop_reason == "no checks left"
+            assert chain.done and chain.result is not None and chain.result.stop_reason is StopReason.no_checks_left
             assert [s.action for s in chain.result.steps] == [CPU, MEMORY] and metrics.calls == 2
 
     asyncio.run(scenario())
@@ -85,7 +85,11 @@ def test_a_stopped_chain_ends_with_what_it_has_read_and_says_who_stopped_it() ->
             await chains.advance(read)
             unread = await chains.open(_hypothesis("unread"))
             result = await chains.stop(read, "pruned")
-            assert result.stop_reason == "stopped by test: pruned" and result.verdict.status == "inconclusive"
+            assert (
+                result.stop_reason is StopReason.search
+                and result.stop_detail == "stopped by test: pruned"
+                and result.verdict.status == "inconclusive"
+            )
             assert result.verdict.reason == "stopped by test: pruned" and len(result.steps) == 1
         # leaving the block stops what is still held; a chain stopped before any call was never verified
         assert unread.done and [r.hypothesis.id for r in chains.results()] == ["read"]
@@ -102,7 +106,11 @@ def test_a_call_held_past_the_budget_is_not_made_and_the_budget_is_named() -> No
             meter.tokens = 1_000  # another loop spent the rest while this one was held
             await chains.advance(chain)
             assert chain.done and chain.result is not None
-            assert chain.result.stop_reason == "budget exhausted: 1000 tokens" and metrics.calls == 0
+            assert (
+                chain.result.stop_reason is StopReason.tokens
+                and chain.result.stop_detail == "budget exhausted: 1000 tokens"
+                and metrics.calls == 0
+            )
 
     asyncio.run(scenario())
 

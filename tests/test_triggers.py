@@ -160,7 +160,7 @@ def test_an_unreachable_alertmanager_is_named(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("OPSAGENT_CONFIG", str(tmp_path / "none.yaml"))
     (tmp_path / "none.yaml").write_text(yaml.safe_dump({"data_dir": str(tmp_path)}))
     listed = runner.invoke(app, ["alerts", "--alertmanager", "http://127.0.0.1:9"])
-    assert listed.exit_code == 1 and "alertmanager:main could not be read" in listed.output
+    assert listed.exit_code == 3 and "alertmanager:main could not be read" in listed.output
     picked = runner.invoke(
         app, ["investigate", "--alert", "abc", "--alertmanager", "http://127.0.0.1:9", "--no-lessons"]
     )

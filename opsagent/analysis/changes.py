@@ -129,6 +129,7 @@ def _record(group: list[Change], incident: Incident) -> ChangeRecord:
         to_version=first.to_version,
         author=first.author,
         diff=next((c.diff for c in group if c.diff), None),
+        url=next((c.url for c in group if c.url), None),
         minutes_before_onset=round((unix(incident.onset) - unix(first.ts)) / 60, 1),
         steps=steps,
         pods=pods,

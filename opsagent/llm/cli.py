@@ -1,8 +1,8 @@
 """What the command line needs from the LLM reasoner: build it from settings and flags, show prompts.
 
-``opsagent.cli`` wires it: ``register(app)`` adds ``opsagent prompts REPORT.json`` (every prompt and
-reply of a saved JSON report), and ``investigate`` takes ``--reasoner llm`` with :func:`build_reasoner`
-and prints :func:`print_prompts` under ``--show-prompts``.
+``opsagent.cli`` wires it: ``opsagent prompts REPORT.json`` (:mod:`opsagent.cli.prompts`) prints
+:func:`print_prompts` of a saved JSON report, and ``investigate`` takes ``--reasoner llm`` with
+:func:`build_reasoner` and prints :func:`print_prompts` under ``--show-prompts``.
 
 A base URL ``fake://follow-hints`` selects the scripted model that ships in the package, for demos
 with no server (``opsagent investigate FIXTURE --reasoner llm --base-url fake://follow-hints``).
@@ -10,13 +10,9 @@ with no server (``opsagent investigate FIXTURE --reasoner llm --base-url fake://
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Annotated
 
 import httpx
-import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -124,23 +120,3 @@ def print_prompts(
     line = model_summary(report)
     if line:
         console.print(line, style="dim", markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Adds ``prompts``: the model's prompts and replies saved in a JSON report."""
-
-    @app.command(name="prompts")
-    def prompts_cmd(
-        report_file: Annotated[Path, typer.Argument(help="a JSON report (opsagent investigate --json)")],
-        hypothesis: Annotated[str | None, typer.Option("--hypothesis", help="only this hypothesis id")] = None,
-        purpose: Annotated[str | None, typer.Option("--purpose", help="propose, repair, act or reflect")] = None,
-        full: Annotated[bool, typer.Option("--full", help="whole requests, not only what each turn added")] = False,
-    ) -> None:
-        """Show exactly what the model was told and what it answered, call by call."""
-        err = Console(stderr=True)
-        try:
-            report = Report.model_validate(json.loads(report_file.read_text(encoding="utf-8")))
-        except (OSError, ValueError, ValidationError) as exc:
-            err.print(f"[bold red]error:[/] {escape(str(report_file))}: not a JSON report: {escape(str(exc)[:300])}")
-            raise typer.Exit(2) from None
-        print_prompts(report, Console(), hypothesis=hypothesis, purpose=purpose, full=full)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from opsagent.service.cli import register
+from opsagent.cli.serve import register
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 

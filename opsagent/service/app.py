@@ -236,6 +236,7 @@ def create_app(
         lessons_cap=settings.lessons_recent,
         log_level=log_level,
         playbooks=settings.playbooks_dir,
+        links=settings.link_settings(),
     )
     parts: Parts | None = None
 

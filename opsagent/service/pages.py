@@ -8,8 +8,20 @@ from datetime import datetime
 from html import escape
 from urllib.parse import urlencode
 
-from opsagent.models import Evidence, Report
-from opsagent.report import model_summary
+from opsagent.models import Evidence, Report, SearchTree
+from opsagent.report import (
+    clock_on,
+    cost_line,
+    feedback_commands,
+    held_back,
+    held_back_text,
+    lesson_written,
+    model_summary,
+    other_results,
+    outline,
+    tree_summary,
+    when,
+)
 from opsagent.service.charts import Chart, svg
 from opsagent.store import IncidentRecord
 
@@ -27,23 +39,11 @@ text-align:left;vertical-align:top}th{background:#eef0f3;font-weight:600}code{fo
 border-radius:6px;padding:10px 14px;margin:8px 0}.charts{display:flex;flex-wrap:wrap;gap:10px}
 figure{margin:0;background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:6px}
 figcaption{font-size:12px;color:#5b6570;max-width:560px}
-svg.chart .baseline{fill:#e8f1fb}svg.chart .axis{stroke:#8c959f}svg.chart .tick{font-size:10px;fill:#5b6570}
-svg.chart .series{fill:none;stroke:#0969da;stroke-width:1.6}svg.chart .onset{stroke:#d1242f;stroke-width:1.5}
-svg.chart .onset-label{fill:#d1242f}svg.chart .shift{stroke:#bc4c00;stroke-dasharray:4 3}
-svg.chart .change line{stroke:#8250df;stroke-width:1.2}svg.chart .change path{fill:#8250df}
-svg.chart .base-level{stroke:#6e7781;stroke-dasharray:2 3}svg.chart .limit{stroke:#cf222e;stroke-dasharray:6 3}
-.legend span{margin-right:14px;font-size:12px}.legend i{display:inline-block;width:14px;height:3px;
-vertical-align:middle;margin-right:4px}ul{margin:4px 0;padding-left:20px}
+ul{margin:4px 0;padding-left:20px}details{background:#fff;border:1px solid #dde1e6;border-radius:6px;
+padding:6px 12px;margin:8px 0}summary{cursor:pointer;font-weight:600}details details{border:0;padding:0 0 0 14px;
+margin:2px 0}details details summary{font-weight:400}.steps{color:#5b6570;font-size:12px}
+.confirmed-mark{color:#1a7f37}.refuted-mark{color:#c62828}pre.cmd{background:#eef0f3;padding:6px 10px;margin:4px 0}
 """
-
-_LEGEND = (
-    '<p class="legend"><span><i style="background:#e8f1fb;height:10px"></i>baseline</span>'
-    '<span><i style="background:#6e7781"></i>baseline level</span>'
-    '<span><i style="background:#d1242f"></i>onset</span>'
-    '<span><i style="background:#bc4c00"></i>shift found</span>'
-    '<span><i style="background:#8250df"></i>change</span>'
-    '<span><i style="background:#cf222e"></i>limit</span></p>'
-)
 
 
 def e(value: object) -> str:
@@ -51,7 +51,7 @@ def e(value: object) -> str:
 
 
 def _when(ts: datetime | None) -> str:
-    return f"{ts:%Y-%m-%d %H:%M:%S} UTC" if ts is not None else "—"
+    return when(ts) if ts is not None else "—"
 
 
 def _page(title: str, body: str, *, refresh: int | None = None) -> str:
@@ -104,7 +104,11 @@ def index_page(incidents: list[IncidentRecord], *, state: str | None = None, ser
 def _figure(chart: Chart) -> str:
     role = {"alert": "the alert's signal", "supports": "supporting evidence", "refutes": "refuting evidence"}
     cite = f" · <code>{e(chart.observation_id)}</code>" if chart.observation_id else ""
-    return f"<figure>{svg(chart)}<figcaption>{e(chart.title)} — {e(role[chart.role])}{cite}</figcaption></figure>"
+    finding = f"<b>{e(chart.caption)}</b><br>" if chart.caption else ""
+    return (
+        f'<figure data-observation="{e(chart.observation_id or "")}">{svg(chart)}'
+        f"<figcaption>{finding}{e(chart.title)} — {e(role[chart.role])}{cite}</figcaption></figure>"
+    )
 
 
 def _charts(charts: Iterable[Chart]) -> str:
@@ -144,10 +148,15 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         if rc is not None
         else f"{_badge('inconclusive')} needs a human"
     )
-    parts.append(f"<div class='panel'><div class='headline'>{headline}</div><div>{e(report.statement)}</div></div>")
+    inc = report.incident
+    when_line = f"onset {e(when(inc.onset))}" + (f" · alert fired {e(when(inc.alerted_at))}" if inc.alerted_at else "")
+    parts.append(
+        f"<div class='panel verdict'><div class='headline'>{headline}</div><div>{e(report.statement)}</div>"
+        f"<p class='meta'>{when_line}</p></div>"
+    )
     alert_charts = [c for c in charts if c.role == "alert"]
     if alert_charts:
-        parts.append("<h2>The alert's signal</h2>" + _LEGEND + _charts(alert_charts))
+        parts.append("<h2>The alert's signal</h2>" + _charts(alert_charts))
 
     parts.append("<h2>Evidence</h2>")
     if report.evidence:
@@ -162,29 +171,32 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         parts.append("<p class='meta'>No evidence confirms a cause.</p>")
 
     if report.timeline:
-        parts.append("<h2>Timeline</h2><table>")
+        parts.append(f"<h2>Timeline</h2><p class='meta'>{inc.onset:%Y-%m-%d}, times in UTC</p><table>")
         parts.extend(
-            f"<tr><td>{t.ts:%H:%M:%S}</td><td>{e(t.kind)}</td><td>{e(t.what)}</td></tr>" for t in report.timeline
+            f"<tr><td>{e(clock_on(t.ts, inc.onset))}</td><td>{e(t.kind)}</td><td>{e(t.what)}</td></tr>"
+            for t in report.timeline
         )
         parts.append("</table>")
 
-    refuted = report.refuted
     parts.append("<h2>Ruled out</h2>")
-    if refuted:
-        for r in refuted:
-            ids = {x.observation_id for x in r.verdict.refuting}
-            parts.append(
-                f"<div class='panel'><b>{e(r.hypothesis.kind)}</b> on {e(r.hypothesis.component)} — "
-                f"{e(r.hypothesis.statement)}<table><tr><th>refuted by</th><th>source</th><th>finding</th></tr>"
-                + _evidence_rows(r.verdict.refuting)
-                + "</table>"
-                + _charts(c for c in charts if c.role == "refutes" and c.observation_id in ids)
-                + "</div>"
-            )
-    else:
+    kept_out = held_back(report)
+    for r in report.refuted:
+        ids = {x.observation_id for x in r.verdict.refuting}
+        parts.append(
+            f"<div class='panel'><b>{e(r.hypothesis.kind)}</b> on {e(r.hypothesis.component)} — "
+            f"{e(r.hypothesis.statement)}<table><tr><th>refuted by</th><th>source</th><th>finding</th></tr>"
+            + _evidence_rows(r.verdict.refuting)
+            + "</table>"
+            + _charts(c for c in charts if c.role == "refutes" and c.observation_id in ids)
+            + "</div>"
+        )
+    for what, use in kept_out:
+        name, why = held_back_text(what, use)
+        parts.append(f"<div class='panel held-back'><b>{e(name)}</b> — {e(why)}</div>")
+    if not report.refuted and not kept_out:
         parts.append("<p class='meta'>Nothing was ruled out.</p>")
 
-    others = [r for r in report.results if r.verdict.status in ("inconclusive", "probable") and r.hypothesis.kind]
+    others = other_results(report)
     if others:
         parts.append("<h2>Other hypotheses</h2><ul>")
         parts.extend(
@@ -193,6 +205,9 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
             for r in others
         )
         parts.append("</ul>")
+
+    if report.search is not None and report.search.rounds:
+        parts.append("<h2>Search tree</h2>" + _search(report.search))
 
     parts.append(
         "<h2>Suspects</h2><table><tr><th>#</th><th>component</th><th>kind</th><th>status</th><th>score</th>"
@@ -216,12 +231,7 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         parts.append("</ul>")
     if report.lessons:
         parts.append("<p><b>Written</b></p><ul>")
-        parts.extend(
-            f"<li><code>{e(le.id)}</code> when {e(le.trigger.condition)}: {e(le.refuted_kind)} was refuted by "
-            f"{e('; '.join(c.value for c in le.refuting_evidence))}; next time first "
-            f"<code>{e(le.next_action.key())}</code></li>"
-            for le in report.lessons
-        )
+        parts.extend(f"<li>{e(lesson_written(le))}</li>" for le in report.lessons)
         parts.append("</ul>")
     if not report.lessons_used and not report.lessons:
         parts.append("<p class='meta'>No lessons used or written.</p>")
@@ -232,19 +242,43 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         parts.append("</ul>")
     if report.next_steps:
         parts.append("<h2>Next steps</h2><ul>" + "".join(f"<li>{e(s)}</li>" for s in report.next_steps) + "</ul>")
-    c = report.cost
-    parts.append(
-        f"<h2>Cost</h2><p>{c.steps} steps · {c.tool_calls} tool calls ({c.cache_hits} cached) · "
-        f"~{c.tokens} tokens · {c.wall_ms:.0f} ms · strategy {e(report.strategy)}"
-        + (f" · stopped early: {e(report.budget_exhausted)}" if report.budget_exhausted else "")
-        + "</p>"
-    )
+    if report.links:
+        parts.append("<h2>Links</h2><ul class='links'>")
+        parts.extend(
+            f'<li data-kind="{e(link.kind)}"><a href="{e(link.url)}" rel="noreferrer">{e(link.label)}</a></li>'
+            for link in report.links
+        )
+        parts.append("</ul>")
+    parts.append(f"<h2>Cost</h2><p>{e(cost_line(report).removeprefix('cost: '))}</p>")
     model = model_summary(report)
     if model is not None and report.llm is not None:
         parts.append(f"<p>{e(model)}</p>")
         if report.llm.notes:
             parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in report.llm.notes) + "</ul>")
+    commands = "\n".join(feedback_commands(report))
+    parts.append(
+        f"<h2>Feedback</h2><p>Incident <code>{e(inc.id)}</code>. Was this right? Tell opsagent:</p>"
+        f"<pre class='cmd'>{e(commands)}</pre>"
+    )
     return _page(incident.title, "".join(parts))
+
+
+def _search(tree: SearchTree) -> str:
+    """The search tree, collapsed: nested lists of the same outline the terminal draws."""
+    out = [f"<details class='search'><summary>{e(tree_summary(tree))}</summary>"]
+    depth = -1
+    for line in outline(tree):
+        if line.depth > depth:
+            out.append("<ul>" * (line.depth - depth))
+        else:
+            out.append("</li>" + "</ul></li>" * (depth - line.depth))
+        depth = line.depth
+        mark = f" class='{e(line.status)}-mark'" if line.status else ""
+        text = f"<code>{e(line.text)}</code>" if line.kind == "step" else e(line.text)
+        out.append(f"<li data-kind='{line.kind}'{mark}>" + (f"<b>{text}</b>" if line.kind == "round" else text))
+    out.append("</li>" + "</ul></li>" * depth + "</ul>" if depth >= 0 else "")
+    out.append("</details>")
+    return "".join(out)
 
 
 def not_found_page(what: str) -> str:

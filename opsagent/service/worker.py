@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from opsagent.catalog import default_catalog
 from opsagent.lessons import rule_check
+from opsagent.links import LinkSettings
 from opsagent.logconfig import configure
 from opsagent.loop import Budget
 from opsagent.models import Lesson, Report
@@ -50,6 +51,7 @@ class WorkerConfig:
     lessons_cap: int = 5
     niceness: int = 10
     log_level: str = "info"
+    links: LinkSettings | None = None
 
 
 class JobInput(BaseModel):
@@ -205,6 +207,15 @@ class Runner:
             executor.shutdown(wait=True)  # its queues and their semaphores are released, not leaked
 
 
+def _links(configured: LinkSettings | None, payload: WebhookPayload) -> LinkSettings:
+    """The configured links; the silence link goes to the Alertmanager that sent the notification
+    when none is configured (its ``externalURL``)."""
+    links = configured or LinkSettings()
+    if links.alertmanager_url is None and payload.external_url:
+        links = links.model_copy(update={"alertmanager_url": payload.external_url})
+    return links
+
+
 async def _investigate(
     worker: Worker, job: JobInput, payload: WebhookPayload, plan: Plan | None, lessons: list[Lesson]
 ) -> tuple[Report, list[Chart]]:
@@ -227,6 +238,7 @@ async def _investigate(
             incident_id=job.incident_id,
             recording=plan.recording,
             now=datetime.now(UTC),
+            links=_links(config.links, payload),
         )
         return report, await collect(report, plan)
     finally:

@@ -126,7 +126,7 @@ async def triaged(toolbox: Toolbox, incident: Incident, topology: list[Edge], me
 
 
 def stopped_by_budget(result: HypothesisResult) -> bool:
-    return result.stop_reason.startswith("budget")
+    return result.stop_reason.budget
 
 
 def investigation_spent(meter: Meter) -> bool:

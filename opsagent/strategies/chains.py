@@ -34,6 +34,7 @@ from opsagent.models import (
     Observation,
     SourceKind,
     Step,
+    StopReason,
     Verdict,
 )
 from opsagent.reasoner import Decision, Reasoner
@@ -177,7 +178,7 @@ class Chains:
             return chain
         spent = self.meter.exhausted(0)
         if spent is not None:
-            await self._end(chain, spent, spent)
+            await self._end(chain, self.meter.describe(spent), self.meter.describe(spent), reason=spent)
             return chain
         self._release(chain, None)
         await self._wait(chain)
@@ -205,14 +206,16 @@ class Chains:
         assert chain.result is not None
         return chain.result
 
-    async def _end(self, chain: Chain, why: str, stop: str) -> None:
+    async def _end(self, chain: Chain, why: str, stop: str, reason: StopReason = StopReason.search) -> None:
         self._release(chain, why)
         await self._wait(chain)
         assert chain.result is not None
         verdict = chain.result.verdict
         if verdict.status == "inconclusive":
             verdict = verdict.model_copy(update={"reason": stop})
-        chain.result = chain.result.model_copy(update={"stop_reason": stop, "verdict": verdict})
+        chain.result = chain.result.model_copy(
+            update={"stop_reason": reason, "stop_detail": stop, "verdict": verdict}
+        )
         chain.stopped = True
 
     async def stop_all(self, why: str) -> None:

@@ -7,8 +7,8 @@ import asyncio
 
 from opsagent import ranking
 from opsagent.fixtures import Edge
-from opsagent.loop import Meter, verify
-from opsagent.models import Hypothesis, HypothesisResult, Incident
+from opsagent.loop import Beam, Meter, Proposed, verify
+from opsagent.models import Hypothesis, HypothesisResult, Incident, StopReason
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
     Outcome,
@@ -18,7 +18,6 @@ from opsagent.strategies.base import (
     no_lessons,
     propose,
     proven,
-    stopped_by_budget,
     triaged,
 )
 from opsagent.tools import Toolbox
@@ -49,6 +48,7 @@ class Hybrid(Strategy):
             if not candidates:
                 break
             queue = reasoner.rank(incident, candidates, found, lessons)
+            meter.notify(Proposed(hypotheses=queue))
             proposed.extend(queue)
             tried.update(h.id for h in queue)
             best = max(h.score for h in queue)
@@ -60,6 +60,7 @@ class Hybrid(Strategy):
                         break
                 kept = queue[:1] + [h for h in queue[1:beam] if h.score >= ranking.BEAM_FLOOR * best]
                 queue = [h for h in queue if all(h.id != k.id for k in kept)]
+                meter.notify(Beam(hypothesis_ids=[h.id for h in kept]))
                 batch = await asyncio.gather(
                     *(
                         verify(
@@ -78,5 +79,5 @@ def _spent(meter: Meter, results: list[HypothesisResult]) -> bool:
     """The investigation's budgets (tokens, wall clock) are spent; a hypothesis that used its own
     step allowance ends alone, and the next candidates still get their turn."""
     return meter.exhausted(0) is not None or any(
-        stopped_by_budget(r) and not r.stop_reason.endswith(" steps") for r in results
+        r.stop_reason in (StopReason.tokens, StopReason.wall_clock) for r in results
     )

@@ -8,7 +8,7 @@ import math
 from opsagent.features import profiles_from
 from opsagent.fixtures import Edge
 from opsagent.lessons import concrete
-from opsagent.loop import Meter, verify
+from opsagent.loop import Meter, Proposed, verify
 from opsagent.models import Action, Hypothesis, HypothesisResult, Incident, LogsData, Observation
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.strategies.base import Options, Outcome, Recall, Strategy, no_lessons, propose, stopped_by_budget
@@ -68,6 +68,7 @@ class GreedyReact(Strategy):
             if loudest is None:
                 break
             chased.add(loudest.id)
+            meter.notify(Proposed(hypotheses=[loudest]))
             proposed.append(loudest)
             result = await verify(
                 loudest, incident=incident, reasoner=reasoner, toolbox=toolbox, meter=meter, available=available

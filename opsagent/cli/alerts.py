@@ -11,23 +11,22 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from adapters.alertmanager import AlertmanagerClient, FiringAlert, started
 from adapters.config import httpx_client
 from adapters.sourceconfig import AlertmanagerConfig
+from opsagent.cli.common import ExitCode, fail, out, settings, wide
+from opsagent.cli.options import JsonOpt
 from opsagent.errors import ConfigError, SourceError, UserError
 from opsagent.models import Alert
 from opsagent.settings import Settings
 from opsagent.triggers import choose, matchers
 
-console = Console()
-err = Console(stderr=True)
-
 AlertmanagerOpt = Annotated[
-    str | None, typer.Option("--alertmanager", help="Alertmanager URL (default: alertmanager.url of the config)")
+    str | None,
+    typer.Option("--alertmanager", metavar="URL", help="Alertmanager URL (default: alertmanager.url of the config)"),
 ]
 
 
@@ -82,52 +81,53 @@ def alerts_table(found: list[FiringAlert], now: datetime) -> Table:
             + (" (silenced)" if a.status.silenced_by else "")
             + (" (inhibited)" if a.status.inhibited_by else "")
         )
-        table.add_row(
+        cells = (
             a.fingerprint,
-            escape(a.labels.get("alertname", "")),
-            escape(service),
-            escape(a.labels.get("severity", "")),
+            a.labels.get("alertname", ""),
+            service,
+            a.labels.get("severity", ""),
             state,
             started(a, now),
-            escape(a.annotations.get("summary", "")),
+            a.annotations.get("summary", ""),
         )
+        table.add_row(*(Text(c) for c in cells))
     return table
 
 
 def alerts_cmd(
     filters: Annotated[
         list[str] | None,
-        typer.Option("--filter", "-f", help='a matcher, e.g. alertname=HighLatency or service=~"check.*" (repeat)'),
+        typer.Option(
+            "--filter",
+            "-f",
+            metavar="MATCHER",
+            help='a matcher, e.g. alertname=HighLatency or service=~"check.*" (repeat)',
+        ),
     ] = None,
-    silenced: Annotated[bool, typer.Option("--silenced", help="include silenced alerts")] = False,
-    inhibited: Annotated[bool, typer.Option("--inhibited", help="include inhibited alerts")] = False,
+    silenced: Annotated[bool, typer.Option("--silenced", metavar="", help="include silenced alerts")] = False,
+    inhibited: Annotated[bool, typer.Option("--inhibited", metavar="", help="include inhibited alerts")] = False,
     receiver: Annotated[
-        str | None, typer.Option("--receiver", help="only alerts routed to this receiver (regex)")
+        str | None, typer.Option("--receiver", metavar="REGEX", help="only alerts routed to this receiver")
     ] = None,
     url: AlertmanagerOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the alerts as JSON")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List what Alertmanager is firing now; investigate one with ``opsagent investigate --alert FINGERPRINT``."""
-    from opsagent.cli import _settings
-
     try:
         wanted = [m for f in filters or [] for m in matchers(f)]
-        client = alertmanager(_settings(), url)
+        client = alertmanager(settings(), url)
         found = asyncio.run(firing(client, filters=wanted, silenced=silenced, inhibited=inhibited, receiver=receiver))
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     except SourceError as exc:
-        err.print(f"[bold red]error:[/] {escape(exc.source)} could not be read: {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(f"{exc.source} could not be read: {exc}", ExitCode.INCONCLUSIVE)
     if as_json:
         print(json.dumps([a.model_dump(mode="json", by_alias=True) for a in found], indent=2))
         return
-    wide = console if console.is_terminal else Console(width=200)
     if not found:
-        console.print("nothing firing" + (f" matches {', '.join(wanted)}" if wanted else ""))
+        out.print("nothing firing" + (f" matches {', '.join(wanted)}" if wanted else ""))
         return
-    wide.print(alerts_table(found, datetime.now(UTC)))
+    wide().print(alerts_table(found, datetime.now(UTC)))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""``opsagent serve``: the webhook service on uvicorn. Wired into the main CLI by :func:`register`."""
+"""``opsagent serve``: the webhook service on uvicorn (also ``python -m opsagent.service serve``)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,14 @@ from typing import Annotated, Any
 import typer
 import uvicorn
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 
+from opsagent.cli.common import fail
+from opsagent.cli.options import LogLevelOpt, log_level_ok
 from opsagent.errors import UserError
 from opsagent.logconfig import configure
 from opsagent.redaction import redact_query
 from opsagent.settings import Settings, load_settings
 from opsagent.store import Store
-
-err = Console(stderr=True)
 
 
 class AccessLogRedaction(logging.Filter):
@@ -43,20 +41,29 @@ def log_config() -> dict[str, Any]:
 
 
 def serve(
-    host: Annotated[str | None, typer.Option("--host", help="listen address (config: host)")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="listen port (config: port)")] = None,
+    host: Annotated[str | None, typer.Option("--host", metavar="ADDRESS", help="listen address (config: host)")] = None,
+    port: Annotated[int | None, typer.Option("--port", metavar="PORT", help="listen port (config: port)")] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", help="investigations at once, each in its own process (config: workers)")
+        int | None,
+        typer.Option(
+            "--workers", metavar="N", help="investigations at once, each in its own process (config: workers)"
+        ),
     ] = None,
     fixtures: Annotated[
         Path | None,
-        typer.Option("--fixtures", help="recorded incidents to investigate alerts against (config: fixtures_dir)"),
+        typer.Option(
+            "--fixtures",
+            metavar="DIR",
+            help="recorded incidents to investigate alerts against (config: fixtures_dir)",
+        ),
     ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="where the store lives (config: data_dir)")
+        Path | None, typer.Option("--data-dir", metavar="DIR", help="where the store lives (config: data_dir)")
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
-    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="log every request")] = False,
+    log_level: LogLevelOpt = "info",
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", metavar="", help="log every request")
+    ] = False,
 ) -> None:
     """Run the Alertmanager webhook service: incidents API, report pages, health and /metrics.
 
@@ -64,9 +71,7 @@ def serve(
     OPSAGENT_WEBHOOK_USERNAME and OPSAGENT_WEBHOOK_PASSWORD (basic auth)."""
     from opsagent.service.app import create_app  # FastAPI is imported only by this command
 
-    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        err.print(f"[bold red]error:[/] unknown log level {log_level!r}")
-        raise typer.Exit(2)
+    log_level_ok(log_level)
     overrides: dict[str, Any] = {
         k: v
         for k, v in {
@@ -93,8 +98,7 @@ def serve(
             store.check_writable()
         app = create_app(settings, log_level=log_level)
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     configure(level=log_level, json=True)
     # Everything built so far (modules, the app, its schemas) lives as long as the process. Frozen, it
     # is no longer re-scanned by full collections, which otherwise stall every answer ~40 ms under load.
