@@ -19,15 +19,18 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/opsagent investigate $(INCIDENT) --no-live --no-lessons
 
-## Debian's Prometheus and Alertmanager, for the tests that run real servers.
+## Debian's Prometheus, Alertmanager and PostgreSQL, for the tests that run real servers.
+PG_CTL := $(firstword $(wildcard /usr/lib/postgresql/*/bin/pg_ctl))
 system-deps:
-	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null; then \
-		echo "prometheus and alertmanager present"; \
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null \
+		&& [ -n "$(PG_CTL)" ]; then \
+		echo "prometheus, alertmanager and postgresql present"; \
 	elif command -v apt-get >/dev/null; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			prometheus prometheus-alertmanager postgresql >/dev/null; \
 	else \
-		echo "apt-get not found: tests that need Prometheus/Alertmanager will be skipped"; \
+		echo "apt-get not found: tests that need Prometheus/Alertmanager/PostgreSQL will be skipped"; \
 	fi
 
 test: $(STAMP) system-deps

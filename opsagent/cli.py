@@ -391,7 +391,7 @@ def _lessons_or_warn(settings: Settings) -> tuple[Store | None, list[Lesson]]:
     damaged header, or damaged pages behind an intact one) is said once, and the run goes on
     without lessons, recording none."""
     try:
-        store = Store(settings.database)
+        store = Store(settings.store)
     except StoreError as exc:
         err.print(f"[yellow]warning:[/] lessons off for this run: {escape(str(exc))}", soft_wrap=True)
         return None, []
@@ -428,7 +428,7 @@ def _store(settings: Settings | None = None) -> Iterator[Store]:
     or read, then or in the middle of the command, is a clear error and exit 2, never a traceback."""
     settings = settings or _settings()
     try:
-        with Store(settings.database) as store:
+        with Store(settings.store) as store:
             yield store
     except StoreError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
@@ -510,7 +510,7 @@ def replay_cmd(
     board = _run(go)
     if learn and store is not None:
         try:
-            err.print(f"{len(store.lessons())} lesson(s) in {store.path}", soft_wrap=True)
+            err.print(f"{len(store.lessons())} lesson(s) in {store.where}", soft_wrap=True)
         except StoreError as exc:
             err.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
     if as_json:

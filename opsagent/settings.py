@@ -22,6 +22,7 @@ from pydantic_settings import (
 from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig, credentials_in_url
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef, not_utf8
+from opsagent.store.location import STORE_PASSWORD_ENV, StoreLocation, url_problem
 
 
 def _default_data_dir() -> Path:
@@ -95,6 +96,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
 
     data_dir: Path = Field(default_factory=_default_data_dir, description="where the SQLite store lives")
+    store_url: str | None = Field(
+        default=None,
+        description="the store: sqlite:///path/opsagent.db, or postgresql://user@host:5432/db shared by several "
+        "replicas (default: the SQLite file under data_dir); never a password in it",
+    )
+    store_password: SecretStr | None = Field(
+        default=None, description=f"the PostgreSQL store's password ({STORE_PASSWORD_ENV}, env only)"
+    )
+    store_pool_size: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections a service process holds")
     playbooks_dir: Path | None = Field(
         default=None, description="playbooks to use instead of the ones opsagent ships (a directory of *.yaml)"
     )
@@ -156,6 +166,14 @@ class Settings(BaseSettings):
         default=None, description="where `opsagent alerts` and `investigate --alert` read what is firing"
     )
 
+    @field_validator("store_url")
+    @classmethod
+    def _store_url(cls, url: str | None) -> str | None:
+        problem = url_problem(url) if url else None
+        if problem is not None:
+            raise ValueError(problem)
+        return url
+
     @field_validator("public_url")
     @classmethod
     def _no_credentials_in_public_url(cls, url: str | None) -> str | None:
@@ -186,7 +204,15 @@ class Settings(BaseSettings):
 
     @property
     def database(self) -> Path:
+        """The embedded store's file (used when ``store_url`` is not set)."""
         return self.data_dir / "opsagent.db"
+
+    @property
+    def store(self) -> StoreLocation:
+        """Where the store is, with its password (from the environment)."""
+        if self.store_url is None:
+            return StoreLocation.sqlite(self.database)
+        return StoreLocation(url=self.store_url, password=self.store_password, pool_size=self.store_pool_size)
 
 
 def secret_fields(settings_cls: type[BaseSettings]) -> set[str]:

@@ -2,8 +2,9 @@
 
 A :class:`Runner` runs jobs in worker processes (the default: an investigation is CPU work and must
 not slow the webhook's answers) or threads (tests), passing picklable values only. A :class:`Worker`
-opens its own store connection: the report and the lessons it teaches are written there, the job's
-bookkeeping by the service.
+opens its own store connection, to read the lessons the investigation uses (whichever replica
+learnt them: the store is shared); the report and the lessons it teaches come back to the
+dispatcher, which stores them with the job's end in one transaction.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ from opsagent.service.charts import Chart, collect
 from opsagent.service.payload import WebhookPayload
 from opsagent.service.provider import Plan, SourceProvider
 from opsagent.sources import Sources
-from opsagent.store import FinishedReport, JobOutcome, Store, StoreError
+from opsagent.store import FinishedReport, JobOutcome, Store, StoreError, StoreLocation
 
 log = structlog.get_logger("opsagent.service.worker")
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    database: Path
+    store: StoreLocation
     provider: SourceProvider
     playbooks: Path | None = None
     strategy: str = "hybrid"
@@ -75,7 +76,7 @@ class Worker:
     def store(self) -> Store:
         store: Store | None = getattr(self._local, "store", None)
         if store is None:
-            store = Store(self.config.database)
+            store = Store(self.config.store)
             self._local.store = store
         return store
 
