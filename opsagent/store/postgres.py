@@ -247,17 +247,18 @@ class PostgresPool:
         )
 
     async def open(self) -> None:
-        """Connects and migrates; a server that cannot be reached is a StoreError now, not later."""
-        try:
-            await self._pool.open(wait=True, timeout=self.location.connect_timeout_s)
-        except mapped_errors() as exc:
-            await self._pool.close()
-            raise _mapped(self.location, exc) from exc
-        try:
-            await self.write(migrate)
-        except BaseException:
-            await self._pool.close()
-            raise
+        """Connects and migrates, on one connection first: a server that cannot be reached, or that
+        refuses the password, is a StoreError saying why, now rather than at the first webhook."""
+        psycopg, _ = _modules()
+        async with self._guard():
+            async with await psycopg.AsyncConnection.connect(self.location.conninfo, **_kwargs(self.location)) as conn:
+                async with conn.transaction():
+                    await migrate(AsyncPostgresTx(conn))
+            try:
+                await self._pool.open(wait=True, timeout=self.location.connect_timeout_s)
+            except BaseException:
+                await self._pool.close()
+                raise
 
     async def close(self) -> None:
         await self._pool.close()

@@ -125,14 +125,16 @@ class SqliteDatabase:
         refusal = newer_schema(version)
         if refusal is not None:
             raise StoreError(refusal, where=self.where)
-        todo = pending(version, upto=upto)
-        if not todo:
-            return
-        with self._transaction():
+        if not pending(version, upto=upto):
+            return  # the usual case: no write lock taken
+        with self._transaction():  # read again under the write lock: another process may have migrated
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            todo = pending(version, upto=upto)
             for migration in todo:
                 for statement in migration.statements(SQLITE):
                     self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {todo[-1].version}")
+            if todo:
+                self._db.execute(f"PRAGMA user_version = {todo[-1].version}")
 
     def version(self) -> int:
         with self._guard():
