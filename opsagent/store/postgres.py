@@ -251,9 +251,9 @@ class PostgresPool:
         refuses the password, is a StoreError saying why, now rather than at the first webhook."""
         psycopg, _ = _modules()
         async with self._guard():
-            async with await psycopg.AsyncConnection.connect(self.location.conninfo, **_kwargs(self.location)) as conn:
-                async with conn.transaction():
-                    await migrate(AsyncPostgresTx(conn))
+            first = await psycopg.AsyncConnection.connect(self.location.conninfo, **_kwargs(self.location))
+            async with first as conn, conn.transaction():
+                await migrate(AsyncPostgresTx(conn))
             try:
                 await self._pool.open(wait=True, timeout=self.location.connect_timeout_s)
             except BaseException:
