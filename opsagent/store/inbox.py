@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -30,8 +31,24 @@ def group_lock(group_key: str) -> int:
     return int.from_bytes(hashlib.blake2b(group_key.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+@dataclass
+class _Incident:
+    """An incident as the batch leaves it: one opened by the batch is inserted so; one that was
+    open before it is updated by what the batch did to it."""
+
+    id: str
+    started: str | None  # the latest start of its alerts seen
+    opened_by: NotificationIn | None = None  # opened by this batch
+    created_at: str = ""
+    updated_at: str = ""
+    added: int = 0  # notifications this batch added
+    resolved_at: str | None = None
+
+
 async def accept(tx: Tx, notifications: Sequence[NotificationIn]) -> list[Accepted]:
-    """Persist notifications (redacted) in this transaction, in arrival order."""
+    """Persist notifications (redacted) in this transaction, in arrival order. The batch is decided
+    in memory from the groups' open incidents, read once, then written in a few statements whatever
+    its size (psycopg sends each ``executemany`` in one round trip)."""
     chain = redactors()  # once a batch: the secrets to mask are this process's, read from its environment
     notes = [redacted(n, chain) for n in notifications]
     groups = sorted({n.group_key for n in notes})
@@ -41,67 +58,93 @@ async def accept(tx: Tx, notifications: Sequence[NotificationIn]) -> list[Accept
         f" AND group_key IN ({marks(len(groups))})",
         groups,
     )
-    open_incidents: dict[str, tuple[str, str | None]] = {g: (i, s) for g, i, s in found.rows}
-    out: list[Accepted] = []
+    open_now: dict[str, _Incident] = {g: _Incident(id=i, started=s) for g, i, s in found.rows}
+    touched: dict[str, _Incident] = {}  # every incident the batch changes, in first-touched order
+    decided: list[tuple[NotificationIn, Action, _Incident | None]] = []
     for n in notes:
         when = instant(n.received_at)
-        incident_id, seen_started = open_incidents.get(n.group_key, (None, None))
+        incident = open_now.get(n.group_key)
         started = maybe_instant(n.last_started)
-        if incident_id is not None and new_episode(seen_started, n):
-            await tx.execute(
-                "UPDATE incidents SET state = 'resolved', resolved_at = ?, updated_at = ? WHERE id = ?",
-                (when, when, incident_id),
-            )
-            incident_id = None  # its end was never heard: this firing opens an incident of its own
+        if incident is not None and new_episode(incident.started, n):
+            # its end was never heard: this firing opens an incident of its own
+            incident.resolved_at = incident.updated_at = when
+            touched.setdefault(incident.id, incident)
+            del open_now[n.group_key]
+            incident = None
         action: Action
-        if incident_id is None:
+        if incident is None:
             action = "ignored" if n.status == "resolved" else "opened"
         else:
             action = "resolved" if n.status == "resolved" else "updated"
-        job_id = None
         if action == "opened":
             digest = hashlib.sha1(f"{n.group_key}|{when}|{secrets.token_hex(8)}".encode()).hexdigest()[:12]
-            incident_id = f"inc-{digest}"
-            await tx.execute(
-                "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title,"
-                " receiver, created_at, updated_at, alerts_started)"
-                " VALUES (?, ?, 'firing', 'queued', ?, ?, ?, ?, ?, ?, ?)",
-                (incident_id, n.group_key, n.service, n.alertname, n.title, n.receiver, when, when, started),
-            )
-        row = (
-            await tx.execute(
-                "INSERT INTO notifications (incident_id, group_key, status, action, received_at, payload)"
-                " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                (incident_id, n.group_key, n.status, action, when, n.payload),
-            )
-        ).one()
-        notification_id = int(row[0]) if row else 0
-        if action == "opened":
-            job = (
-                await tx.execute(
-                    "INSERT INTO jobs (incident_id, notification_id, status, created_at, updated_at)"
-                    " VALUES (?, ?, 'queued', ?, ?) RETURNING id",
-                    (incident_id, notification_id, when, when),
-                )
-            ).one()
-            job_id = int(job[0]) if job else None
-            open_incidents[n.group_key] = (incident_id or "", started)
-        elif action in ("updated", "resolved"):
+            incident = _Incident(id=f"inc-{digest}", started=started, opened_by=n, created_at=when, updated_at=when)
+            open_now[n.group_key] = touched[incident.id] = incident
+        elif incident is not None:  # updated or resolved
             # the latest start the incident has seen (fixed-width UTC stamps: text order is time order)
-            latest = max((t for t in (seen_started, started) if t is not None), default=None)
-            await tx.execute(
-                "UPDATE incidents SET notifications = notifications + 1, updated_at = ?,"
-                " state = CASE WHEN ? = 'resolved' THEN 'resolved' ELSE state END,"
-                " resolved_at = CASE WHEN ? = 'resolved' THEN ? ELSE resolved_at END,"
-                " alerts_started = ? WHERE id = ?",
-                (when, action, action, when, latest, incident_id),
-            )
+            incident.started = max((t for t in (incident.started, started) if t is not None), default=None)
+            incident.added += 1
+            incident.updated_at = when
+            touched.setdefault(incident.id, incident)
             if action == "resolved":
-                open_incidents.pop(n.group_key, None)
-            else:
-                open_incidents[n.group_key] = (incident_id or "", latest)
-        out.append(Accepted(notification_id=notification_id, incident_id=incident_id, action=action, job_id=job_id))
-    return out
+                incident.resolved_at = when
+                del open_now[n.group_key]
+        decided.append((n, action, incident))
+
+    # incidents that were open before: updated first (a resolution frees its group for one opened after it)
+    await tx.executemany(
+        "UPDATE incidents SET notifications = notifications + ?, updated_at = ?,"
+        " state = CASE WHEN CAST(? AS TEXT) IS NULL THEN state ELSE 'resolved' END,"
+        " resolved_at = COALESCE(?, resolved_at),"
+        " alerts_started = ? WHERE id = ?",
+        [
+            (i.added, i.updated_at, i.resolved_at, i.resolved_at, i.started, i.id)
+            for i in touched.values()
+            if i.opened_by is None
+        ],
+    )
+    await tx.executemany(
+        "INSERT INTO incidents (id, group_key, state, investigation, service, alertname, title, receiver,"
+        " created_at, updated_at, resolved_at, notifications, alerts_started)"
+        " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                i.id,
+                o.group_key,
+                "firing" if i.resolved_at is None else "resolved",
+                o.service,
+                o.alertname,
+                o.title,
+                o.receiver,
+                i.created_at,
+                i.updated_at,
+                i.resolved_at,
+                1 + i.added,
+                i.started,
+            )
+            for i in touched.values()
+            if (o := i.opened_by) is not None
+        ],
+    )
+    ids = await tx.insert_many(
+        "INSERT INTO notifications (incident_id, group_key, status, action, received_at, payload)"
+        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        [
+            (i.id if i else None, n.group_key, n.status, action, instant(n.received_at), n.payload)
+            for n, action, i in decided
+        ],
+    )
+    opened = [(k, i) for k, (_, action, i) in enumerate(decided) if action == "opened" and i is not None]
+    job_ids = await tx.insert_many(
+        "INSERT INTO jobs (incident_id, notification_id, status, created_at, updated_at)"
+        " VALUES (?, ?, 'queued', ?, ?) RETURNING id",
+        [(i.id, ids[k], i.created_at, i.created_at) for k, i in opened],
+    )
+    jobs = dict(zip((k for k, _ in opened), job_ids, strict=True))
+    return [
+        Accepted(notification_id=ids[k], incident_id=i.id if i else None, action=action, job_id=jobs.get(k))
+        for k, (_, action, i) in enumerate(decided)
+    ]
 
 
 def probe() -> NotificationIn:

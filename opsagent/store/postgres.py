@@ -112,8 +112,21 @@ class PostgresTx:
         return Rows(rows=cursor.fetchall() if cursor.description else [], rowcount=cursor.rowcount)
 
     async def executemany(self, sql: str, args: Sequence[Sequence[object]]) -> None:
-        with self._conn.cursor() as cursor:
-            cursor.executemany(_pg(sql), args)
+        if args:
+            with self._conn.cursor() as cursor:
+                cursor.executemany(_pg(sql), args)
+
+    async def insert_many(self, sql: str, args: Sequence[Sequence[object]]) -> list[int]:
+        ids: list[int] = []
+        if args:
+            with self._conn.cursor() as cursor:
+                cursor.executemany(_pg(sql), args, returning=True)
+                while True:
+                    row = cursor.fetchone()
+                    ids.append(int(row[0]) if row else 0)
+                    if not cursor.nextset():
+                        break
+        return ids
 
     async def lock(self, keys: Sequence[int]) -> None:
         if keys:
@@ -133,8 +146,21 @@ class AsyncPostgresTx:
         return Rows(rows=await cursor.fetchall() if cursor.description else [], rowcount=cursor.rowcount)
 
     async def executemany(self, sql: str, args: Sequence[Sequence[object]]) -> None:
-        async with self._conn.cursor() as cursor:
-            await cursor.executemany(_pg(sql), args)
+        if args:
+            async with self._conn.cursor() as cursor:
+                await cursor.executemany(_pg(sql), args)
+
+    async def insert_many(self, sql: str, args: Sequence[Sequence[object]]) -> list[int]:
+        ids: list[int] = []
+        if args:
+            async with self._conn.cursor() as cursor:
+                await cursor.executemany(_pg(sql), args, returning=True)
+                while True:
+                    row = await cursor.fetchone()
+                    ids.append(int(row[0]) if row else 0)
+                    if not cursor.nextset():
+                        break
+        return ids
 
     async def lock(self, keys: Sequence[int]) -> None:
         if keys:

@@ -66,6 +66,10 @@ class Tx(Protocol):
 
     async def executemany(self, sql: str, args: Sequence[Sequence[object]]) -> None: ...
 
+    async def insert_many(self, sql: str, args: Sequence[Sequence[object]]) -> list[int]:
+        """Runs an ``INSERT … RETURNING id`` once per row of ``args``; the ids, in order."""
+        ...
+
     async def lock(self, keys: Sequence[int]) -> None:
         """Holds until the transaction ends a lock on each key, taken in the order given: what
         serialises concurrent writers of the same alert group across replicas (PostgreSQL's

@@ -10,6 +10,7 @@ in ``PRAGMA user_version``.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,11 @@ class SqliteTx:
         return Rows(rows=cursor.fetchall(), rowcount=cursor.rowcount)
 
     async def executemany(self, sql: str, args: Sequence[Sequence[object]]) -> None:
-        self._db.executemany(sql, args)
+        if args:
+            self._db.executemany(sql, args)
+
+    async def insert_many(self, sql: str, args: Sequence[Sequence[object]]) -> list[int]:
+        return [int(self._db.execute(sql, row).fetchone()[0]) for row in args]
 
     async def lock(self, keys: Sequence[int]) -> None:
         return None  # BEGIN IMMEDIATE already excludes every other writer
@@ -64,8 +69,20 @@ class SqliteDatabase:
         self._tx = SqliteTx(self._db)
         with self._guard():
             self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._wal(timeout_s)
             self._migrate(upto)
+
+    def _wal(self, timeout_s: float) -> None:
+        """WAL mode, set once per file. Setting it takes the file for a moment and does not wait for
+        the busy timeout: two processes opening a new file at once try again, briefly."""
+        deadline = time.monotonic() + timeout_s
+        while self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def close(self) -> None:
         self._db.close()
