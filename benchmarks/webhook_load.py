@@ -23,7 +23,9 @@ order-service recorded incident) runs in a worker process while the rest of the 
 starts (Debian's postgresql, fsync on, as tests/postgres_server.py makes it); or the URL of a
 server of your own (the password in OPSAGENT_STORE_PASSWORD). ``--replicas N`` starts N replicas on
 the one store and spreads the client processes over them, every group's notifications reaching
-each replica (as a clustered Alertmanager delivers them). Lost (acknowledged, not stored) and
+each replica (as a clustered Alertmanager delivers them); the ``--workers`` investigation workers
+are shared out among the replicas (2 replicas of ``--workers 2`` run one each), so every row runs as
+many investigations at once on the same cores. Lost (acknowledged, not stored) and
 duplicated (a second incident for a group) are counted in the store.
 
 ``--jobs J`` measures the investigations' throughput instead: J alert groups are accepted by one
@@ -377,9 +379,10 @@ def counted(location: StoreLocation) -> dict[str, int]:
 async def accept_run(args: argparse.Namespace, location: StoreLocation, data: Path, replicas: int) -> dict[str, Any]:
     token = secrets.token_urlsafe(24)
     env = service_env(location, data, token)
+    # the investigation workers are shared out: N replicas run as many investigations at once as one
+    each = max(args.workers // replicas, 1)
     started = [
-        Replica(["serve", "--workers", str(args.workers), "--fixtures", str(args.fixtures)], env)
-        for _ in range(replicas)
+        Replica(["serve", "--workers", str(each), "--fixtures", str(args.fixtures)], env) for _ in range(replicas)
     ]
     try:
         for replica in started:
@@ -458,7 +461,8 @@ def report_accept(args: argparse.Namespace, replicas: int, result: dict[str, Any
     print(
         f"notifications {args.notifications} (+{args.warmup} warm-up) · concurrency {args.concurrency} "
         f"({max(args.clients, replicas)} client processes, {args.client}) · {args.groups} alert groups · "
-        f"store {args.store} · {replicas} replica(s) · {args.workers} investigation workers each · loopback · "
+        f"store {args.store} · {replicas} replica(s) · {max(args.workers // replicas, 1) * replicas} investigation "
+        "workers in all · loopback · "
         + (f"paced at {args.rate:g}/s" if args.rate else "closed loop (each sender sends again once answered)")
     )
     print(f"accepted        {accepted}/{args.notifications}  (statuses: {result['statuses']})")

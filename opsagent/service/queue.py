@@ -40,18 +40,22 @@ PRUNE_BATCH = 500
 
 class Inbox:
     """Accepts notifications with group commit: the first is written at once; those arriving
-    meanwhile are written together next, in arrival order."""
+    meanwhile are written together next, in arrival order. Up to the store's ``concurrent_writes``
+    batches are in flight at once (SQLite: one, its writer; PostgreSQL: two, so that one batch's
+    round trips and commit overlap the next one's)."""
 
     def __init__(self, store: ServiceStore) -> None:
         self.store = store
         self._pending: list[tuple[NotificationIn, asyncio.Future[Accepted]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
 
     async def accept(self, notification: NotificationIn) -> Accepted:
         future: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
         self._pending.append((notification, future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
+        if len(self._flushers) < self.store.concurrent_writes:
+            flusher = asyncio.create_task(self._flush())
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:

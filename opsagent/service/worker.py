@@ -132,11 +132,11 @@ def _watch_parent(parent_pid: int) -> None:
 
 def _init_process(config: WorkerConfig, parent_pid: int) -> None:
     global _process_worker
+    if config.niceness:  # investigations yield the CPU to the webhook's answers (first: loading them does too)
+        os.nice(config.niceness)
     configure(level=config.log_level, json=True)
     _process_worker = Worker(config)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
-    if config.niceness:
-        os.nice(config.niceness)  # investigations yield the CPU to the webhook's answers
 
 
 def _run_in_process(job: JobInput) -> JobOutput:

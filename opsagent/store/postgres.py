@@ -258,6 +258,8 @@ async def _version(tx: Tx) -> int:
 class PostgresPool:
     """The service's connections: a ``psycopg_pool.AsyncConnectionPool`` of ``location.pool_size``."""
 
+    concurrent_writes = 2
+
     def __init__(self, location: StoreLocation) -> None:
         _, pool = _modules()
         self.location = location

@@ -47,6 +47,8 @@ Operation = Callable[Concatenate[Tx, P], Coroutine[Any, Any, T]]
 
 class AsyncDatabase(Protocol):
     where: str
+    #: write transactions worth having in flight at once
+    concurrent_writes: int
 
     async def open(self) -> None: ...
 
@@ -87,6 +89,8 @@ class _Connection:
 
 class ThreadedSqlite:
     """SQLite for the service: a writer and a reader connection, each on its own thread."""
+
+    concurrent_writes = 1  # one writer: a second batch would only wait for the first
 
     def __init__(self, location: StoreLocation, *, checkpoint_s: float = 5.0) -> None:
         self.where = str(location)
@@ -137,6 +141,7 @@ class ServiceStore:
     def __init__(self, database: AsyncDatabase) -> None:
         self._db = database
         self.where = database.where
+        self.concurrent_writes = database.concurrent_writes
 
     @classmethod
     async def open(cls, location: StoreLocation) -> ServiceStore:
