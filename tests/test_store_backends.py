@@ -6,8 +6,10 @@ password, and every PostgreSQL client error mapped to a StoreError."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -255,3 +257,35 @@ def test_every_psycopg_and_pool_error_is_mapped_to_a_store_error() -> None:
                 assert issubclass(value, mapped) or value.__name__ in ("Warning", "Rollback"), value
     for error in _subclasses(psycopg.Error):
         assert issubclass(error, mapped)
+
+
+def test_workers_elsewhere_hear_of_a_queued_job_at_once(store_location: StoreLocation) -> None:
+    """PostgreSQL announces queued jobs (LISTEN/NOTIFY): a worker on another host starts the job
+    now, not at its next poll."""
+    if store_location.kind == "sqlite":
+        pytest.skip("SQLite's other processes poll")
+
+    async def run() -> float:
+        worker, web = await ServiceStore.open(store_location), await ServiceStore.open(store_location)
+        heard = asyncio.Event()
+        listening = asyncio.create_task(worker.listen(heard.set))
+        try:
+            await asyncio.wait_for(heard.wait(), timeout=10)  # once on (re)connecting: jobs may be waiting
+            await web.accept([note("already-open")])
+            await asyncio.sleep(0.3)
+            heard.clear()
+            await web.accept([note("already-open")])  # an update queues nothing: no announcement
+            await asyncio.sleep(0.3)
+            assert not heard.is_set()
+            began = time.perf_counter()
+            await web.accept([note("new-group")])
+            await asyncio.wait_for(heard.wait(), timeout=5)
+            return time.perf_counter() - began
+        finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+            await worker.close()
+            await web.close()
+
+    assert asyncio.run(run()) < 1.0

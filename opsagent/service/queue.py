@@ -167,6 +167,7 @@ class Dispatcher:
             log.info("queue.resumed", jobs=requeued)
         self._main = asyncio.create_task(self._loop(), name="dispatcher")
         self._spawn(self._renew())
+        self._spawn(self.store.listen(self.wake))  # jobs queued by other replicas start at once
         if self.retention_s:
             self._spawn(self._prune(self.retention_s))
         self.started = True

@@ -141,6 +141,8 @@ async def accept(tx: Tx, notifications: Sequence[NotificationIn]) -> list[Accept
         [(i.id, ids[k], i.created_at, i.created_at) for k, i in opened],
     )
     jobs = dict(zip((k for k, _ in opened), job_ids, strict=True))
+    if job_ids and tx.dialect.jobs_queued:
+        await tx.execute(tx.dialect.jobs_queued)
     return [
         Accepted(notification_id=ids[k], incident_id=i.id if i else None, action=action, job_id=jobs.get(k))
         for k, (_, action, i) in enumerate(decided)

@@ -94,6 +94,8 @@ async def release_job(tx: Tx, job_id: int, *, owner: str, error: str, attempt: b
     ).one()
     if row is not None:
         await tx.execute("UPDATE incidents SET investigation = 'queued', error = ? WHERE id = ?", (error, row[0]))
+        if tx.dialect.jobs_queued:  # another worker may take it now
+            await tx.execute(tx.dialect.jobs_queued)
 
 
 async def release_jobs(tx: Tx, job_ids: Sequence[int], *, owner: str, error: str) -> None:

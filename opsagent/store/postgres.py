@@ -23,13 +23,16 @@ from contextlib import asynccontextmanager, contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+import structlog
 from pydantic import ValidationError
 
 from opsagent.redaction import scrub
 from opsagent.store.errors import StoreError, Unreadable
 from opsagent.store.location import StoreLocation
 from opsagent.store.migrations import newer_schema, pending
-from opsagent.store.sql import POSTGRESQL, Rows, Tx, run_now
+from opsagent.store.sql import JOBS_CHANNEL, POSTGRESQL, Rows, Tx, run_now
+
+log = structlog.get_logger("opsagent.store")
 
 if TYPE_CHECKING:
     import psycopg
@@ -290,6 +293,23 @@ class PostgresPool:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def listen(self, wake: Callable[[], None], *, retry_s: float = 5.0) -> None:
+        """Calls ``wake`` whenever jobs are queued (by any replica), until cancelled: LISTEN on a
+        connection of its own, outside the pool, opened again after a failure. Polling stays the
+        fallback; this only makes a new job start at once on a worker elsewhere."""
+        psycopg, _ = _modules()
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.location.conninfo, **_kwargs(self.location))
+                async with conn:
+                    await conn.execute(f"LISTEN {JOBS_CHANNEL}")
+                    wake()  # jobs may have been queued while it was not listening
+                    async for _ in conn.notifies():
+                        wake()
+            except psycopg.Error as exc:
+                log.warning("store.listen_failed", error=scrub(str(exc).strip().splitlines()[0] if str(exc) else ""))
+            await asyncio.sleep(retry_s)
 
     @asynccontextmanager
     async def _guard(self) -> AsyncIterator[None]:

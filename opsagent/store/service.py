@@ -60,6 +60,8 @@ class AsyncDatabase(Protocol):
 
     async def probe(self, operation: Operation[P, T], *args: P.args, **kwargs: P.kwargs) -> T: ...
 
+    async def listen(self, wake: Callable[[], None]) -> None: ...
+
 
 class _Connection:
     """One SQLite connection on a thread of its own; calls run there one at a time, in order."""
@@ -125,6 +127,10 @@ class ThreadedSqlite:
                     self._trouble = str(exc)
                     log.warning("store.checkpoint_failed", error=str(exc))
 
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """No announcements across processes on SQLite: another process's dispatcher polls."""
+        await asyncio.Event().wait()
+
     async def write(self, operation: Operation[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._writer.call(lambda db: db.write(operation, *args, **kwargs))
 
@@ -157,6 +163,10 @@ class ServiceStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """Calls ``wake`` whenever a process queues jobs, until cancelled (PostgreSQL: LISTEN/NOTIFY)."""
+        await self._db.listen(wake)
 
     # ------------------------------------------------------------ accepting
 
