@@ -11,8 +11,9 @@ transactions meet in an order the operations did not foresee) is retried a few t
 operation again.
 
 Every psycopg and pool error becomes a :class:`StoreError` naming the server and database (never
-the password) at this boundary: :data:`PSYCOPG_ERRORS` is the table, and a test checks it covers
-every exception class psycopg defines.
+the password) at this boundary (:func:`mapped_errors` says which; a test checks they cover every
+exception class psycopg and its pool define). Queued jobs are announced on a channel (LISTEN/NOTIFY),
+so a worker on another host starts one at once rather than at its next poll.
 """
 
 from __future__ import annotations
@@ -270,7 +271,9 @@ class PostgresPool:
         self._pool: psycopg_pool.AsyncConnectionPool[Any] = pool.AsyncConnectionPool(
             location.conninfo,
             kwargs=_kwargs(location),
-            min_size=1,
+            # the accept path, the dispatcher and the pages each hold one at once: opened at start, not
+            # under the first load (a connection costs a fork on the server and a SCRAM exchange)
+            min_size=min(4, location.pool_size),
             max_size=location.pool_size,
             open=False,
             timeout=location.connect_timeout_s,
