@@ -34,12 +34,13 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import neighbours, span_times, trace_summary
+from opsagent.analysis.versions import compare_versions
 from opsagent.calls import report_partial
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import SourceError
 from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, LogRecord, MetricSeries, SignalDef, Span, unix
 from opsagent.logsummary import SimpleSummariser, Summariser
-from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TimeRange, TracesData
+from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TimeRange, TracesData, VersionsData
 from opsagent.selector import SelectorError, parse
 from opsagent.stats import ts
 
@@ -103,6 +104,13 @@ class LiveMetrics:
             limit=limit,
             peers=peers,
         )
+
+    async def versions(self, *, incident: Incident, service: str) -> VersionsData:
+        start, end = metrics_range(incident)
+        # Series of the service that carry a version label (pods of a rollout in progress).
+        found = await self.reader.series(query=f'{{service="{service}", version!=""}}', start=start, end=end)
+        mine = [s for s in found if component_of(s.labels, {service}) == service]
+        return compare_versions(mine, service=service, incident=incident)
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         start, end = metrics_range(incident)

@@ -29,11 +29,12 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import SpanTime, span_times, trace_edges, trace_summary
+from opsagent.analysis.versions import compare_versions
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
 from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, SignalDef
 from opsagent.logsummary import SimpleSummariser, Summariser
-from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TracesData
+from opsagent.models import ChangesData, Incident, LogsData, SeriesStats, TracesData, VersionsData
 from opsagent.selector import Matcher, Selector, SelectorError, parse
 from opsagent.sources import Sources
 from opsagent.stats import Sample
@@ -131,6 +132,10 @@ class ReplayMetrics:
             # Like the live source: the peers' noise of this incident's scan, once it has run.
             peers=self._noise.get(self._key(incident), {}).get((first.name, side_of(first.labels))),
         )
+
+    async def versions(self, *, incident: Incident, service: str) -> VersionsData:
+        mine = [series for series, component, _ in self._series if component == service]
+        return compare_versions(mine, service=service, incident=incident)
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         out = []

@@ -7,53 +7,23 @@ this raw metric name, if any.
 
 from __future__ import annotations
 
-import re
 from functools import cache
 from importlib import resources
-from typing import Literal
 
 import yaml
 from pydantic import ValidationError
 
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef
+from opsagent.naming import bad_way, unit_of
 from opsagent.selector import SelectorError, parse
-
-#: A metric name's unit suffix (Prometheus naming: the base unit comes last, before _total).
-_UNIT_SUFFIXES = (
-    ("_seconds", "s"),
-    ("_milliseconds", "ms"),
-    ("_ms", "ms"),
-    ("_percent", "percent"),
-    ("_ratio", "ratio"),
-    ("_bytes", "bytes"),
-    ("_millicores", "millicores"),
-    ("_mebibytes", "MiB"),
-)
-
-
-#: Name words that say which way a metric goes bad (an unlisted metric is read by its name): time
-#: taken and failures are bad going up, success and hits going down; anything else either way.
-_BAD_UP = re.compile(r"(?:^|_)(?:latency|duration|response_time|errors?|failures?|failed|timeouts?|retries)(?:_|$)")
-_BAD_DOWN = re.compile(r"(?:^|_)(?:success|succeeded|availability|available|hits?|uptime)(?:_|$)")
-
-
-def bad_way(metric: str) -> Literal["up", "down", "any"]:
-    """Which way a metric goes bad, read from its name."""
-    if _BAD_DOWN.search(metric):
-        return "down"
-    return "up" if _BAD_UP.search(metric) else "any"
-
-
-def unit_of(metric: str) -> str | None:
-    """The unit a metric's name states (``_seconds``, ``_ms``, ``_percent``, ``_ratio``, ``_bytes``)."""
-    name = metric.removesuffix("_total")
-    return next((unit for suffix, unit in _UNIT_SUFFIXES if name.endswith(suffix)), None)
 
 
 class SignalCatalog:
-    def __init__(self, signals: dict[str, SignalDef]) -> None:
+    def __init__(self, signals: dict[str, SignalDef], *, explicit: frozenset[str] = frozenset()) -> None:
         self.signals = dict(signals)
+        #: the signals an environment set (configuration, a recording's ``signals:``): discovery keeps them
+        self.explicit = explicit
         self._by_metric: dict[str, str] = {}
         for name, sig in self.signals.items():
             try:
@@ -95,7 +65,25 @@ class SignalCatalog:
                 signals[name] = SignalDef.model_validate(
                     {**base.model_dump(), **override.model_dump(exclude_unset=True)}
                 )
-        return SignalCatalog(signals)
+        return SignalCatalog(signals, explicit=self.explicit | frozenset(overrides))
+
+    def with_discovered(self, found: dict[str, SignalDef], present: set[str]) -> SignalCatalog:
+        """This catalog with discovered signals filling its gaps: an explicit signal stays, and so
+        does a default whose metric the environment has (``present``: its metric names)."""
+        signals = dict(self.signals)
+        for name, signal in found.items():
+            current = signals.get(name)
+            if name in self.explicit or (current is not None and _metric(current.query) in present):
+                continue
+            signals[name] = signal
+        return SignalCatalog(signals, explicit=self.explicit)
+
+
+def _metric(query: str) -> str | None:
+    try:
+        return parse(query).name
+    except SelectorError:
+        return None
 
 
 @cache

@@ -10,12 +10,15 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``signal:<signal>:up|down`` a metric of the component shifted; ``near_limit:<signal>`` at its ceiling;
 * ``node:<signal>:up|down`` a figure of the node the component runs on (shared with its neighbours);
 * ``deps:<signal>:up|down`` the component's view of the calls it makes (a client-side latency);
+* ``load:<metric>:up|down`` how much work an unlisted volume metric (bytes, calls) says it was given;
 * ``net:path_slow`` calls to or from the component got slower as their callers see them while the
   callees' own view did not: the time is lost between them (a network delay on the component's links);
 * ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
-* ``change:<kind>`` a change to the component just before onset;
+* ``change:<kind>`` a change to the component just before onset; ``version:worse`` its rollout's new
+  version's pods fail more or are slower than the old version's, ``version:no_worse`` they are not;
 * ``log:<family>`` a log family bursting, ``log:new_error`` new or bursting error templates,
-  ``log:new:<family>`` such templates of a family;
+  ``log:new:<family>`` such templates of a family, ``log:new_own_error`` such templates that name no
+  dependency's or resource's failure (errors of the component's own making);
 * ``kube:oom_killed|crash_loop|image_pull|unschedulable|probe_failed|node_pressure`` what the
   Kubernetes API says of the component's pods, their events and nodes;
 * ``caller:<feature>`` what the component's callers show.
@@ -27,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from opsagent import kubestate, ranking
+from opsagent.analysis.edges import links_of, metric_of, slow_paths
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
@@ -38,15 +42,21 @@ from opsagent.models import (
     Observation,
     SeriesStats,
     TracesData,
+    VersionsData,
 )
-from opsagent.playbooks import Context, Expectation, evaluate, family_counts, new_error_templates
+from opsagent.naming import is_volume
+from opsagent.playbooks import (
+    NOT_OWN_FAMILIES,
+    Context,
+    Expectation,
+    evaluate,
+    family_counts,
+    new_error_templates,
+)
 from opsagent.stats import shortfall_ratio
 
 #: A change this long before onset (minutes) still counts as "just before".
 CHANGE_LOOKBACK_MIN = 30.0
-#: A call edge is slow on the path when the caller sees it at least this many times slower than
-#: before while the callee's own view of the same calls moved by less than half as much.
-PATH_SLOW_RATIO = 2.0
 
 #: The expectations behind the features: the playbooks' vocabulary, their default thresholds
 #: except where named here.
@@ -59,6 +69,7 @@ FANOUT_UP = Expectation(op="fanout_up")
 WAITING = Expectation(op="waiting_on_callees")
 CHANGED = Expectation(op="change_before_onset", within_min=CHANGE_LOOKBACK_MIN)
 NEW_ERRORS = Expectation(op="new_errors")
+OWN_NEW_ERRORS = Expectation(op="new_errors", own=True)
 
 
 #: The cluster's signs: each feature is present when any of its expectations holds.
@@ -98,6 +109,20 @@ class Profile:
             self.why.append(why)
 
 
+LINKS_SLOW = Expectation(op="links_slow")
+VERSION_WORSE = Expectation(op="version_worse")
+VERSION_NO_WORSE = Expectation(op="version_no_worse")
+
+
+def rolled_out(changes: Observation, incident: Incident) -> list[str]:
+    """The services a deploy or rollout changed just before onset (or is still changing)."""
+    if not isinstance(changes.data, ChangesData):
+        return []
+    exp = CHANGED.model_copy(update={"kinds": ["deploy", "rollout"]})
+    services = sorted({c.service for c in changes.data.changes})
+    return [s for s in services if evaluate(exp, changes, Context(incident=incident, service=s)).met]
+
+
 def profiles_from(observations: Iterable[Observation], incident: Incident) -> dict[str, Profile]:
     """Features of every component that these observations show, with the observation behind each."""
     profiles: dict[str, Profile] = defaultdict(Profile)
@@ -113,6 +138,8 @@ def profiles_from(observations: Iterable[Observation], incident: Incident) -> di
             _change_features(profiles, obs, data, incident)
         elif isinstance(data, LogsData) and data.service is not None:
             _log_features(profiles[data.service], obs, data, incident)
+        elif isinstance(data, VersionsData):
+            _version_features(profiles[data.service], obs, data, incident)
         elif isinstance(data, KubernetesData):
             _kube_features(profiles, obs, data, incident)
     return profiles
@@ -149,6 +176,10 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
         shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
         mag = ranking.metric_weight(shortfall or s.mean_ratio)
         ratio = f"x{s.mean_ratio:.2f}" if s.mean_ratio is not None else ""
+        if s.signal == metric_of(s) and is_volume(s.signal) and s.scope != "node":
+            # How much work arrives (bytes, calls): its callers' doing unless traffic enters here.
+            profiles[s.component].add(f"load:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
+            continue
         if s.scope in ("node", "outbound"):
             # The node's figure (shared by every pod on it), or the component's view of its calls
             # (its dependencies' doing): context, not the component's own anomaly.
@@ -159,47 +190,20 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
         profiles[s.component].add(f"signal:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
         if s.limit_fraction is not None and evaluate(AT_LIMIT, single, ctx).met:
             profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
-    _path_features(profiles, obs, data)
+    _path_features(profiles, obs, data, incident)
 
 
-def slow_paths(data: MetricsData) -> list[tuple[str, str, SeriesStats]]:
-    """Call edges whose caller-side latency rose while the callee-side view of the same calls did
-    not: (caller, callee, the caller-side stats). Only edges measured from both ends qualify."""
-    sides: dict[tuple[str, str, str], dict[str, SeriesStats]] = defaultdict(dict)
-    for s in data.stats:
-        if s.scope == "edge" and s.caller and s.side:
-            sides[(s.caller, s.component, s.query.split("{", 1)[0])][s.side] = s
-    out = []
-    for (caller, callee, _), pair in sorted(sides.items()):
-        client, server = pair.get("client"), pair.get("server")
-        if client is None or server is None or client.direction != "up" or client.mean_ratio is None:
-            continue
-        server_ratio = server.mean_ratio if server.direction == "up" and server.mean_ratio else 1.0
-        if client.mean_ratio >= PATH_SLOW_RATIO and client.mean_ratio >= 2 * server_ratio:
-            out.append((caller, callee, client))
-    return out
-
-
-def _path_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData) -> None:
+def _path_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident) -> None:
     """A component most of whose measured links got slow on the path is where the delay sits: a
     network fault on a component's interface slows every call to and from it."""
-    slow = slow_paths(data)
-    if not slow:
+    if not ranking.on("path_slow"):
         return
-    links: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    for s in data.stats:
-        if s.scope == "edge" and s.caller and s.side:
-            for end in (s.caller, s.component):
-                links[end].add((s.caller, s.component))
-    hit: dict[str, list[SeriesStats]] = defaultdict(list)
-    for caller, callee, s in slow:
-        hit[caller].append(s)
-        hit[callee].append(s)
-    for component, stats in sorted(hit.items()):
-        share = len(stats) / max(len(links[component]), 1)
-        loudest = max(ranking.metric_weight(s.mean_ratio) for s in stats)
-        why = f"{len(stats)} of its {len(links[component])} measured links slow between the ends"
-        profiles[component].add("net:path_slow", loudest * share, obs, why)
+    for component in sorted({e.caller for e in slow_paths(data)} | {e.callee for e in slow_paths(data)}):
+        outcome = evaluate(LINKS_SLOW, obs, Context(incident=incident, service=component))
+        if outcome.met:
+            links = links_of(data, component)
+            loudest = max(ranking.metric_weight(e.client.mean_ratio) for e in links.slow)
+            profiles[component].add("net:path_slow", loudest * links.share, obs, outcome.value)
 
 
 def _trace_features(profiles: dict[str, Profile], obs: Observation, data: TracesData, incident: Incident) -> None:
@@ -241,9 +245,24 @@ def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: 
     lines = sum(t.window_count for t in found)
     why = f"{len(found)} new or bursting error template(s), {lines} lines: [{found[0].id}]"
     profile.add("log:new_error", ranking.new_error_weight(lines), obs, why)
+    own = evaluate(OWN_NEW_ERRORS, obs, ctx)
+    if own.met:
+        own_lines = sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
+        profile.add("log:new_own_error", ranking.own_error_weight(own_lines), obs, own.value)
     for family in sorted({f for t in found for f in families_of(t.sample)}):
         if evaluate(new_errors_of(family), obs, ctx).met:
             profile.add(f"log:new:{family}", ranking.NEW_FAMILY_WEIGHT, obs, f"new '{family}' errors")
+
+
+def _version_features(profile: Profile, obs: Observation, data: VersionsData, incident: Incident) -> None:
+    ctx = Context(incident=incident, service=data.service)
+    for feature, exp, weight in (
+        ("version:worse", VERSION_WORSE, ranking.VERSION_WORSE_WEIGHT),
+        ("version:no_worse", VERSION_NO_WORSE, ranking.WAITING_WEIGHT),
+    ):
+        outcome = evaluate(exp, obs, ctx)
+        if outcome.met:
+            profile.add(feature, weight, obs, outcome.value)
 
 
 def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None:

@@ -409,8 +409,41 @@ class ErrorData(Frozen):
     hint: str | None = None
 
 
+class VersionComparison(Frozen):
+    """One metric of a service, its new version's pods against its old version's, same minutes."""
+
+    metric: str
+    meaning: Literal["errors", "latency", "resources", "other"]
+    caller: str | None = None
+    callee: str | None = None
+    side: Literal["client", "server"] | None = None
+    unit: str | None = None
+    new_median: float
+    old_median: float
+    new_samples: int
+    old_samples: int
+    p_value: float | None = Field(description="two-sided Mann-Whitney U test of the two versions' samples")
+    worse: bool = Field(description="the new version is worse the way this metric goes bad, by a margin that counts")
+
+
+class VersionsData(Frozen):
+    """Canary analysis of a service's rollout: do its new version's pods behave like the old ones?"""
+
+    type: Literal["versions"] = "versions"
+    service: str
+    new_version: str | None = None
+    old_version: str | None = None
+    since: AwareDatetime | None = Field(default=None, description="the first sample of the new version")
+    new_pods: list[str] = Field(default_factory=list)
+    old_pods: list[str] = Field(default_factory=list)
+    comparisons: list[VersionComparison] = Field(default_factory=list)
+    verdict: Literal["worse", "no_worse", "unknown"] = "unknown"
+    reason: str = ""
+
+
 ObservationData = Annotated[
-    MetricsData | LogsData | ChangesData | TracesData | KubernetesData | ErrorData, Field(discriminator="type")
+    MetricsData | LogsData | ChangesData | TracesData | KubernetesData | VersionsData | ErrorData,
+    Field(discriminator="type"),
 ]
 
 

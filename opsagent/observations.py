@@ -16,6 +16,7 @@ from opsagent.models import (
     ObservationData,
     SeriesStats,
     TracesData,
+    VersionsData,
 )
 
 
@@ -138,6 +139,24 @@ def _kubernetes(d: KubernetesData) -> str:
     return "\n".join(lines) or "no pods, events or nodes found"
 
 
+def _versions(d: VersionsData) -> str:
+    if d.new_version is None:
+        return f"{d.service}: no versions to compare ({d.reason})"
+    since = f" since {d.since:%H:%M}" if d.since else ""
+    lines = [
+        f"{d.service} {d.new_version} ({len(d.new_pods)} pod(s)) against {d.old_version} ({len(d.old_pods)}){since}: "
+        f"{d.verdict.replace('_', ' ')}: {d.reason}"
+    ]
+    for c in sorted(d.comparisons, key=lambda c: (not c.worse, c.p_value if c.p_value is not None else 1.0))[:6]:
+        edge = f" {c.caller}->{c.callee}" if c.callee else ""
+        p = f"p={c.p_value:.2g}" if c.p_value is not None else ""
+        mark = " worse" if c.worse else ""
+        lines.append(
+            f"  {c.metric}{edge}: new {fmt(c.new_median, c.unit)} vs old {fmt(c.old_median, c.unit)} {p}{mark}"
+        )
+    return "\n".join(lines)
+
+
 def describe(data: ObservationData) -> str:
     if isinstance(data, MetricsData):
         return _metrics(data)
@@ -149,5 +168,7 @@ def describe(data: ObservationData) -> str:
         return _traces(data)
     if isinstance(data, KubernetesData):
         return _kubernetes(data)
+    if isinstance(data, VersionsData):
+        return _versions(data)
     assert isinstance(data, ErrorData)
     return f"error: {data.error}" + (f" (hint: {data.hint})" if data.hint else "")

@@ -17,6 +17,7 @@ import structlog
 from adapters.replay import replay_sources
 from opsagent import ranking
 from opsagent.catalog import SignalCatalog, default_catalog
+from opsagent.discovery import discover, metric_names
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import retrieve
@@ -399,6 +400,8 @@ async def investigate_recording(
     """Investigate a loaded recording with the replay sources. ``use_signals=False`` ignores the
     recording's ``signals:`` block, as a user who never wrote one would (signal discovery only)."""
     catalog = default_catalog().merged(recording.signals if use_signals else {})
+    if ranking.on("discovery"):  # metric names the catalog has never seen, mapped by convention
+        catalog = catalog.with_discovered(discover(recording.metrics), metric_names(recording.metrics))
     reasoner = reasoner or PlaybookReasoner(playbooks if playbooks is not None else load_default_playbooks())
     return await investigate(
         recording.alert,

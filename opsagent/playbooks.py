@@ -22,6 +22,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from opsagent import kubestate
+from opsagent.analysis.edges import SLOW_LINKS_SHARE, Links, links_of
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
 from opsagent.models import (
@@ -39,6 +40,7 @@ from opsagent.models import (
     ServiceSpanStats,
     Symptom,
     TracesData,
+    VersionsData,
 )
 from opsagent.observations import fmt
 from opsagent.tools import TOOLS
@@ -108,6 +110,10 @@ Op = Literal[
     "kube_event",
     "node_pressure",
     "pods_steady",
+    "version_worse",
+    "version_no_worse",
+    "links_slow",
+    "links_fine",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -121,6 +127,10 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "below_value",
         "above_value",
         "component_quiet",
+        "version_worse",
+        "version_no_worse",
+        "links_slow",
+        "links_fine",
     ),
     "logs": ("family_burst", "family_quiet", "new_errors", "no_new_errors"),
     "changes": ("change_before_onset", "no_change_before_onset", "change_mentions"),
@@ -148,6 +158,11 @@ class Expectation(BaseModel):
     within_min: float = 45.0
     family: LogFamily | None = None
     exclude: list[LogFamily] = Field(default_factory=list, description="log families that disqualify a template")
+    own: bool = Field(
+        default=False,
+        description="only errors of the component's own making: none of the families that name a dependency's "
+        "or a resource's failure (NOT_OWN_FAMILIES)",
+    )
     min_count: int = 5
     kinds: list[ChangeKind] = Field(default_factory=lambda: list(get_args(ChangeKind)))
     pattern: str | None = None
@@ -450,6 +465,61 @@ def _component_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     return Outcome(True, f"none of the {len(mine)} series of {ctx.service} moved beyond x{exp.min_ratio:g}")
 
 
+def _versions(obs: Observation, ctx: Context) -> VersionsData | None:
+    data = obs.data
+    return data if isinstance(data, VersionsData) and data.service == ctx.service else None
+
+
+def _version_worse(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when the service's new version fails more, or is slower by a margin, than its old one."""
+    data = _versions(obs, ctx)
+    if data is None or data.verdict == "unknown":
+        return Outcome(None, data.reason if data else "no versions compared")
+    return Outcome(data.verdict == "worse", f"{data.new_version} against {data.old_version}: {data.reason}")
+
+
+def _version_no_worse(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when the new version has run long enough and none of its error or latency figures is worse."""
+    data = _versions(obs, ctx)
+    if data is None or data.verdict == "unknown":
+        return Outcome(None, data.reason if data else "no versions compared")
+    return Outcome(data.verdict == "no_worse", f"{data.new_version} against {data.old_version}: {data.reason}")
+
+
+def _links(obs: Observation, ctx: Context) -> Links | None:
+    if not isinstance(obs.data, MetricsData):
+        return None
+    links = links_of(obs.data, ctx.service)
+    return links if links.measured else None
+
+
+def _links_text(links: Links) -> str:
+    slow = "; ".join(
+        f"{e.caller}->{e.callee} x{e.client.mean_ratio:.1f} seen by the caller, x{(e.server.mean_ratio or 1):.1f} by "
+        "the callee"
+        for e in links.slow[:3]
+    )
+    return f"{len(links.slow)} of {links.measured} measured links of {links.component} slow between the ends" + (
+        f": {slow}" if slow else ""
+    )
+
+
+def _links_slow(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when most of the component's links measured from both ends slowed between the ends."""
+    links = _links(obs, ctx)
+    if links is None:
+        return _UNKNOWN
+    return Outcome(bool(links.slow) and links.share >= SLOW_LINKS_SHARE, _links_text(links))
+
+
+def _links_fine(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when none of the component's links measured from both ends slowed between the ends."""
+    links = _links(obs, ctx)
+    if links is None:
+        return _UNKNOWN
+    return Outcome(not links.slow, _links_text(links))
+
+
 def _logs(obs: Observation) -> LogsData | None:
     return obs.data if isinstance(obs.data, LogsData) else None
 
@@ -478,6 +548,12 @@ def _family_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     return Outcome(n < max(exp.min_count, 2 * expected), f"{n} '{exp.family}' lines after onset")
 
 
+#: Log families that name a failure of something else than the component's own code: a dependency
+#: (a timeout, a refused or reset connection, an HTTP 5xx from a callee, TLS, DNS, auth, a rate limit)
+#: or a resource (a pool, memory, disk).
+NOT_OWN_FAMILIES = ("timeout", "refused", "reset", "pool", "tls", "dns", "oom", "disk", "5xx", "auth", "ratelimit")
+
+
 def new_error_templates(data: LogsData, family: str | None = None, exclude: Sequence[str] = ()) -> list[LogTemplate]:
     """Error templates that are new against the baseline or bursting above its rate (of a family,
     and of none of the excluded families, when given)."""
@@ -493,6 +569,10 @@ def new_error_templates(data: LogsData, family: str | None = None, exclude: Sequ
     return out
 
 
+def _excluded(exp: Expectation) -> list[str]:
+    return sorted(set(exp.exclude) | (set(NOT_OWN_FAMILIES) if exp.own else set()))
+
+
 def _listed(templates: list[LogTemplate]) -> list[str]:
     return [f"[{t.id}] x{t.window_count} {t.template}" for t in templates]
 
@@ -501,7 +581,7 @@ def _new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None:
         return _UNKNOWN
-    found = _listed(new_error_templates(data, exp.family, exp.exclude))
+    found = _listed(new_error_templates(data, exp.family, _excluded(exp)))
     none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
     return Outcome(bool(found), "new or bursting error templates: " + "; ".join(found[:2]) if found else none)
 
@@ -510,8 +590,10 @@ def _no_new_errors(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _logs(obs)
     if data is None or data.total == 0:
         return _UNKNOWN
-    found = _listed(new_error_templates(data, exp.family, exp.exclude))
+    found = _listed(new_error_templates(data, exp.family, _excluded(exp)))
     none = "no new or bursting error templates" + (f" of family {exp.family}" if exp.family else "")
+    if exp.own:
+        none += " of its own making"
     return Outcome(not found, none if not found else "; ".join(found[:2]))
 
 
@@ -721,6 +803,10 @@ EVALUATORS: dict[str, Evaluator] = {
     "below_value": _below_value,
     "above_value": _above_value,
     "component_quiet": _component_quiet,
+    "version_worse": _version_worse,
+    "version_no_worse": _version_no_worse,
+    "links_slow": _links_slow,
+    "links_fine": _links_fine,
     "family_burst": _family_burst,
     "family_quiet": _family_quiet,
     "new_errors": _new_errors,

@@ -31,7 +31,16 @@ RULES: dict[str, str] = {
     "failures": "failures are explained by failures; a merely slow dependency explains half of them",
     "anomalous_path": "a component the alert reaches only through quiet components gets half its score",
     "diversity": "the beam prefers the hypothesis that explains what the ones before it leave unexplained",
-    "specificity": "a metric shift seen in many components at once tells less about each of them",
+    "specificity": "a metric shift seen in many places that do not call each other tells less about each",
+    "peer_noise": "a shift the same metric of other components makes between samples before onset is noise",
+    "node_scope": "node-level series belong to the node, not to every component on it",
+    "outbound": "a component's client-side latency is its dependencies' doing",
+    "volume": "bytes, calls and other volume metrics of a callee are its callers' doing",
+    "named_direction": "an unlisted metric goes bad the way its name says (latency up, success down)",
+    "path_slow": "calls slow between the two ends of an edge put the delay on the links of a component",
+    "spike_free": "one spike among a handful of normal samples is not a series' spread",
+    "failures_first": "a component's own failures weigh more than a shift in how fast it is",
+    "discovery": "metric names the catalog has never seen map to its signals by convention",
 }
 
 _disabled: ContextVar[frozenset[str]] = ContextVar("opsagent_disabled_rules", default=frozenset())
@@ -76,6 +85,9 @@ NEW_ERROR_WEIGHT, NEW_FAMILY_WEIGHT = 2.0, 0.5
 TRACE_ERRORS_WEIGHT, FANOUT_WEIGHT = 1.0, 1.0
 #: A change just before onset weighs this.
 CHANGE_WEIGHT = 0.5
+#: A rollout whose new version fails more or is slower than its old one, on the same minutes and
+#: traffic, weighs this: as much as the loudest metric shift, for it is the change compared with itself.
+VERSION_WORSE_WEIGHT = 3.0
 #: Waiting on callees says where not to look; it barely weighs.
 WAITING_WEIGHT = 0.01
 
@@ -94,6 +106,16 @@ def self_time_weight(shift: float) -> float:
 
 def log_burst_weight(count: int, expected: float) -> float:
     return min(math.log2(count / max(expected, 1.0)) / LOG_BURST_DIVISOR, 1.0)
+
+
+def own_error_weight(lines: int) -> float:
+    """New errors of the component's own making (no dependency's failure named) weigh again as much
+    as new errors: the component says itself that its code went wrong."""
+    return new_error_weight(lines) * OWN_ERROR_SHARE
+
+
+#: What new errors of a component's own making add, as a share of the weight of new errors.
+OWN_ERROR_SHARE = 1.0
 
 
 def new_error_weight(lines: int) -> float:
@@ -116,29 +138,65 @@ SPECIFICITY_MIN_COMPONENTS = 5
 #: The least a widespread shift still weighs, as a share of its weight.
 SPECIFICITY_FLOOR = 0.2
 #: Features whose weight depends on how widespread they are.
-SPECIFIC_PREFIXES = ("signal:", "near_limit:")
+SPECIFIC_PREFIXES = ("signal:", "near_limit:", "load:")
 
 
-def weigh_by_specificity(features: Mapping[str, dict[str, float]]) -> None:
-    """Scale each metric feature by how few components show it (in place)."""
+def weigh_by_specificity(features: Mapping[str, dict[str, float]], graph: Sequence[Edge]) -> None:
+    """Scale each metric feature by how few unconnected places show it (in place).
+
+    The components that show a feature are grouped along the call graph: a shift spreading from a
+    callee to its callers (a cascade) is one place, however many components it reaches, and
+    explaining-away sorts out where it started. The same shift in many places that do not call
+    each other is the environment's weather (a noisy exporter, a shared dependency)."""
     components = len(features)
-    counts: dict[str, int] = {}
-    for found in features.values():
+    holders: dict[str, set[str]] = {}
+    for component, found in features.items():
         for name in found:
             if name.startswith(SPECIFIC_PREFIXES):
-                counts[name] = counts.get(name, 0) + 1
+                holders.setdefault(name, set()).add(component)
+    neighbours: dict[str, set[str]] = {}
+    for e in graph:
+        neighbours.setdefault(e.caller, set()).add(e.callee)
+        neighbours.setdefault(e.callee, set()).add(e.caller)
+    places = {name: _clusters(members, neighbours) for name, members in holders.items()}
     for found in features.values():
         for name in list(found):
-            if name in counts:
-                found[name] = found[name] * specificity(counts[name] / components, components)
+            if name in places:
+                found[name] = found[name] * specificity(places[name] / components, components)
+
+
+def _clusters(members: set[str], neighbours: Mapping[str, set[str]]) -> int:
+    """How many groups the members form, joined where one calls another."""
+    left, groups = set(members), 0
+    while left:
+        groups += 1
+        frontier = [min(left)]
+        left.discard(frontier[0])
+        while frontier:
+            node = frontier.pop()
+            for other in sorted(neighbours.get(node, set()) & left):
+                left.discard(other)
+                frontier.append(other)
+    return groups
 
 
 # ---------------------------------------------------------------- a component's own score
 
-#: Features of the requests a component receives: for a callee, its callers' doing.
-TRAFFIC = "signal:request_rate:"
+#: Features of the requests (and other work) a component receives: for a callee, its callers' doing.
+TRAFFIC = ("signal:request_rate:", "load:")
 #: Features that say a component fails (rather than slows down).
-FAILURES = ("signal:availability:", "signal:error_ratio:", "signal:client_error_ratio:", "trace:errors_up")
+FAILURES = (
+    "signal:availability:",
+    "signal:error_ratio:",
+    "signal:client_error_ratio:",
+    "trace:errors_up",
+    "log:new_error",
+    "log:new_own_error",
+    "log:new:",
+)
+#: A component's own failures (its success rate down, its errors up) weigh this many times a shift
+#: in how it performs: failing is what the component says of itself; slowness may be inherited.
+FAILING_FACTOR = 1.5
 #: Beyond its loudest metric, each of the next three counts this much.
 NEXT_METRICS = 0.3
 #: How much a self-time shift counts against metrics (traces measure the component itself).
@@ -155,18 +213,23 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     callers' doing (a retry storm, a caller gone quiet), so for a callee they do not count: only
     where traffic arrives from outside (no callers) is a change in it the component's own."""
     skip_traffic = called and on("callee_traffic")
+    failing = FAILING_FACTOR if on("failures_first") else 1.0
     metric = sorted(
         (
-            v
+            v * (failing if k.startswith(FAILURES) else 1.0)
             for k, v in features.items()
-            if k.startswith(("signal:", "near_limit:")) and not (skip_traffic and k.startswith(TRAFFIC))
+            if k.startswith(("signal:", "near_limit:", "load:")) and not (skip_traffic and k.startswith(TRAFFIC))
         ),
         reverse=True,
     )
     score = (metric[0] + NEXT_METRICS * sum(metric[1:4])) if metric else 0.0
+    # Calls to and from it slow between the ends: measured on its links, as strong as its own metrics.
+    score += features.get("net:path_slow", 0.0)
     score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
-    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
+    score += features.get("version:worse", 0.0)
+    if "version:no_worse" not in features:  # a new version that behaves like the old does not count
+        score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
     return score
 
@@ -238,7 +301,9 @@ def propagate(
         share = min(failing.get(node, 0.0) / mine, 1.0) if on("failures") else 0.0
         if share:
             by_failures = min(below(node, failing) / mine, 1.0)
-            explained = (1 - share) * explained + share * max(by_failures, SLOW_EXPLAINS_FAILING * explained)
+            # Errors of its own making (not timeouts, not a callee's 5xx) a slow callee does not explain.
+            slow_explains = 0.0 if "log:new_own_error" in features.get(node, {}) else SLOW_EXPLAINS_FAILING
+            explained = (1 - share) * explained + share * max(by_failures, slow_explains * explained)
         if "trace:self_time_up" in features.get(node, {}):
             explained *= SELF_SLOW_EXPLAINED  # it is slow on its own, not only waiting
         score = mine * (1 - EXPLAIN_AWAY * explained)

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from opsagent.fixtures import Edge, SignalDef
-from opsagent.models import ChangesData, Incident, KubernetesData, LogsData, SeriesStats, SourceKind, TracesData
+from opsagent.models import (
+    ChangesData,
+    Incident,
+    KubernetesData,
+    LogsData,
+    SeriesStats,
+    SourceKind,
+    TracesData,
+    VersionsData,
+)
 
 
 class MetricsSource(Protocol):
@@ -26,6 +35,9 @@ class MetricsSource(Protocol):
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         """Statistics of every series there is, grouped by component and metric (for triage)."""
+
+    async def versions(self, *, incident: Incident, service: str) -> VersionsData:
+        """The service's new version's pods against its old version's, where series carry versions."""
 
 
 class LogsSource(Protocol):

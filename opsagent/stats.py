@@ -14,6 +14,8 @@ from itertools import pairwise
 from statistics import median
 from typing import Literal
 
+from opsagent import ranking
+
 Sample = tuple[float, float]
 
 #: Below this many baseline samples, a shift is not scored against the baseline alone.
@@ -30,13 +32,21 @@ def between(samples: Sequence[Sample], start: float, end: float) -> list[float]:
     return [v for t, v in samples if start <= t < end]
 
 
+#: From this many samples, the spread leaves out the one farthest from the centre.
+SPIKE_FREE_FROM = 4
+
+
 def robust_spread(values: Sequence[float], centre: float) -> float:
     """MAD scaled to a standard deviation, floored so a flat line does not make every wiggle huge."""
     if len(values) < 2:
         return max(abs(centre) * 0.1, 1e-9)
     mad = median(abs(v - centre) for v in values) * 1.4826
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    # One spike among a handful of normal samples is not the series' spread: from four samples on,
+    # the one farthest from the centre is left out of the standard deviation.
+    spiky = len(values) >= SPIKE_FREE_FROM and ranking.on("spike_free")
+    kept = sorted(values, key=lambda v: abs(v - centre))[:-1] if spiky else list(values)
+    mean = sum(kept) / len(kept)
+    std = math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1))
     return max(mad, std * 0.5, abs(centre) * 0.05, 1e-9)
 
 
@@ -103,6 +113,7 @@ class Reference:
     centre: float
     spread: float
     short: bool = False  # too few samples for a spread: only a large shift counts
+    samples: int = 0  # how many normal samples it was read from
 
 
 def reference(
@@ -136,13 +147,13 @@ def reference(
             now = median(recent)
             if abs(now - centre) > 3 * spread:
                 scale = now / centre if centre > 0 and now > 0 else 1.0
-                return Reference(now, max(spread * scale, abs(now) * 0.05, 1e-9))
-        return Reference(centre, spread)
+                return Reference(now, max(spread * scale, abs(now) * 0.05, 1e-9), samples=len(recent))
+        return Reference(centre, spread, samples=len(base))
     coarse = step > 0 and b1 - b0 < MIN_BASELINE * step
     pool = base + recent
     if pool and (detached or coarse):
         centre = median(pool)
-        return Reference(centre, robust_spread(pool, centre), short=len(pool) < MIN_BASELINE)
+        return Reference(centre, robust_spread(pool, centre), short=len(pool) < MIN_BASELINE, samples=len(pool))
     return None
 
 
@@ -160,14 +171,18 @@ def recent_samples(
     return recent
 
 
-def normal_samples(
+def normal_runs(
     samples: Sequence[Sample], *, baseline: tuple[float, float], window_start: float, onset: float
-) -> list[float]:
-    """Every sample from before onset that :func:`reference` may read as normal, in time order
-    (the baseline's, then this period's)."""
-    return between(sorted(samples), *baseline) + recent_samples(
-        sorted(samples), baseline=baseline, window_start=window_start, onset=onset
-    )
+) -> list[list[float]]:
+    """The samples from before onset that :func:`reference` may read as normal, as runs of
+    consecutive samples in time order: the baseline's, and this period's (a jump from one period to
+    the other is not the series' jitter)."""
+    ordered = sorted(samples)
+    runs = [
+        between(ordered, *baseline),
+        recent_samples(ordered, baseline=baseline, window_start=window_start, onset=onset),
+    ]
+    return [r for r in runs if r]
 
 
 def is_detached(baseline: tuple[float, float], *, window_start: float, onset: float) -> bool:

@@ -63,6 +63,10 @@ class QueryArgs(_Args):
     service: str
 
 
+class VersionArgs(_Args):
+    service: str
+
+
 class ScanArgs(_Args):
     pass
 
@@ -108,6 +112,9 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec("metrics.signal", SourceKind.metrics, SignalArgs, "a catalog signal of a service vs baseline"),
         ToolSpec("metrics.query", SourceKind.metrics, QueryArgs, "a raw metric query vs baseline"),
         ToolSpec("metrics.scan", SourceKind.metrics, ScanArgs, "every series of every component vs baseline"),
+        ToolSpec(
+            "metrics.versions", SourceKind.metrics, VersionArgs, "a rollout's new version's pods against the old's"
+        ),
         ToolSpec("logs.summary", SourceKind.logs, LogArgs, "summary of logs: counts, templates, new/bursting"),
         ToolSpec("changes.list", SourceKind.changes, ChangeArgs, "deploys/config changes before onset"),
         ToolSpec("traces.summary", SourceKind.traces, TraceArgs, "self-time shift, slow operations, errors"),
@@ -282,6 +289,9 @@ class Toolbox:
             incident=self.incident,
         )
         return MetricsData(stats=[stats] if stats else [])
+
+    async def _metrics_versions(self, args: VersionArgs, source: MetricsSource) -> ObservationData:
+        return await source.versions(incident=self.incident, service=args.service)
 
     async def _metrics_scan(self, args: ScanArgs, source: MetricsSource) -> ObservationData:
         return MetricsData(stats=await source.scan(incident=self.incident))

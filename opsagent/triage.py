@@ -14,7 +14,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from opsagent import ranking
-from opsagent.features import Profile, add_caller_features, has_data, profiles_from
+from opsagent.features import Profile, add_caller_features, has_data, profiles_from, rolled_out
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
 from opsagent.models import (
@@ -72,9 +72,13 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     per_service = await asyncio.gather(
         *(toolbox.call(Action(tool="logs.summary", args={"service": s})) for s in log_services)
     )
-    used = [scan, changes, traces, logs_all, *kube, *per_service]
+    # Every service rolled out just before onset: does its new version behave like the old one?
+    versions = await asyncio.gather(
+        *(toolbox.call(Action(tool="metrics.versions", args={"service": s})) for s in rolled_out(changes, incident))
+    )
+    used = [scan, changes, traces, logs_all, *kube, *per_service, *versions]
     profiles = profiles_from(used, incident)
-    ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()})
+    ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()}, graph)
     add_caller_features(profiles, graph)
     called = {e.callee for e in graph}
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}

@@ -19,6 +19,7 @@ from itertools import pairwise
 from statistics import median
 from typing import Literal
 
+from opsagent import ranking
 from opsagent.catalog import SignalCatalog
 from opsagent.fixtures import MetricSeries, SignalDef, unix
 from opsagent.models import Incident, SeriesStats
@@ -31,7 +32,7 @@ from opsagent.stats import (
     change_point,
     combine,
     is_detached,
-    normal_samples,
+    normal_runs,
     reference,
     safe_ratio,
     shift_direction,
@@ -145,12 +146,13 @@ _TIME_TAKEN = re.compile(r"(?:^|_)(?:latency|duration|response_time|rtt)(?:_|$)"
 def is_outbound(name: str, labels: dict[str, str]) -> bool:
     """A component's latency for the calls it makes, not for the work it does (a per-pod client-side
     latency): evidence about its dependencies. A series of one call edge says so by its labels."""
-    return "callee" not in labels and _OUTBOUND.search(name) is not None and _TIME_TAKEN.search(name) is not None
+    named = _OUTBOUND.search(name) is not None and _TIME_TAKEN.search(name) is not None
+    return "callee" not in labels and named and ranking.on("outbound")
 
 
 def is_node_series(name: str) -> bool:
     """A node's or host's figure (node_exporter's naming), not the service's own."""
-    return name.startswith(NODE_PREFIXES)
+    return name.startswith(NODE_PREFIXES) and ranking.on("node_scope")
 
 
 def node_of(labels: dict[str, str], samples: Sequence[Sample]) -> str:
@@ -235,6 +237,9 @@ def scan_stats(
 PEER_SURPRISE = 0.05
 #: Fewer pooled deviations than this, and the peers are not asked.
 MIN_PEER_DEVIATIONS = 8
+#: A series with at least this many normal samples shows its own noise: its peers are not asked
+#: (partial pooling: the less a series says of itself, the more its peers say for it).
+PEER_POOLING_BELOW = 8
 
 
 @dataclass(frozen=True)
@@ -266,22 +271,26 @@ def peer_noise(
         "window_start": unix(incident.window.start),
         "onset": unix(incident.onset),
     }
-    normals: dict[tuple[str, str | None], list[list[float]]] = defaultdict(list)
+    runs_of: dict[tuple[str, str | None], list[list[float]]] = defaultdict(list)
+    levels_of: dict[tuple[str, str | None], list[float]] = defaultdict(list)
     floors: dict[tuple[str, str | None], float] = {}
     for g in groups:
         _, spec = g.spec(catalog)
-        values = normal_samples(combine(g.members, "max" if g.node else spec.agg), **window)  # type: ignore[arg-type]
+        runs = normal_runs(combine(g.members, "max" if g.node else spec.agg), **window)  # type: ignore[arg-type]
+        values = [v for run in runs for v in run]
         if len(values) >= 2:
-            normals[(g.metric, g.side)].append(values)
-            floors[(g.metric, g.side)] = min_effect(spec)
-    out = {}
-    for key, sets in normals.items():
-        levels = sorted(median(v) for v in sets)
+            key: tuple[str, str | None] = (g.metric, g.side)
+            runs_of[key].extend(runs)
+            levels_of[key].append(median(values))
+            floors[key] = min_effect(spec)
+    out: dict[tuple[str, str | None], PeerNoise] = {}
+    for key, runs in runs_of.items():
+        levels = sorted(levels_of[key])
         typical = levels[len(levels) // 2]
         # Where the unit says nothing, a twentieth of the metric's typical level is as small as counts.
         floor = max(floors[key], PEER_FLOOR_SHARE * abs(typical), 1e-9)
         jumps = sorted(
-            abs(math.log((max(b, 0.0) + floor) / (max(a, 0.0) + floor))) for v in sets for a, b in pairwise(v)
+            abs(math.log((max(b, 0.0) + floor) / (max(a, 0.0) + floor))) for run in runs for a, b in pairwise(run)
         )
         out[key] = PeerNoise(tuple(jumps), floor)
     return out
@@ -328,8 +337,10 @@ def series_stats(
         direction = "flat"
     if (spec.direction == "down" and direction == "up") or (spec.direction == "up" and direction == "down"):
         direction = "flat" if direction != "unknown" else direction
-    surprise = peers.surprise(level, centre) if peers and level is not None and centre is not None else None
-    if direction in ("up", "down") and surprise is not None and surprise >= PEER_SURPRISE:
+    own_history = ref is not None and not ref.short and ref.samples >= PEER_POOLING_BELOW
+    asked = peers is not None and level is not None and centre is not None and not own_history
+    surprise = peers.surprise(level, centre) if asked and peers and level is not None and centre is not None else None
+    if direction in ("up", "down") and surprise is not None and surprise >= PEER_SURPRISE and ranking.on("peer_noise"):
         direction = "flat"  # its peers stray this far before onset all the time
     detached = is_detached((b0, b1), window_start=unix(incident.window.start), onset=onset)
     cp = change_point(this_period(samples, (b0, b1)) if detached else samples, onset - 30 * 60, end)

@@ -1,0 +1,79 @@
+"""Call edges measured from both ends: where the time between a caller and a callee is lost.
+
+A call edge's latency seen by the caller (its client side) includes the network between the two;
+seen by the callee (its server side), it does not. When the caller's view slows down and the
+callee's does not, the time is lost between them. A network fault on one component's interface
+slows every call to and from it, so the component most of whose measured links slowed this way is
+where the delay sits. No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from opsagent.models import MetricsData, SeriesStats
+
+#: A call edge is slow on the path when the caller sees it at least this many times slower than
+#: before while the callee's own view of the same calls moved by less than half as much.
+PATH_SLOW_RATIO = 2.0
+#: A component's links are slow when at least this share of its measured links is.
+SLOW_LINKS_SHARE = 0.5
+
+
+def metric_of(s: SeriesStats) -> str:
+    """The metric name a series' query reads."""
+    return s.query.split("{", 1)[0]
+
+
+@dataclass(frozen=True)
+class SlowEdge:
+    caller: str
+    callee: str
+    client: SeriesStats
+    server: SeriesStats
+
+
+def measured_edges(data: MetricsData) -> dict[tuple[str, str, str], dict[str, SeriesStats]]:
+    """(caller, callee, metric) -> {side: stats}, for edge series that say which end measured them."""
+    sides: dict[tuple[str, str, str], dict[str, SeriesStats]] = defaultdict(dict)
+    for s in data.stats:
+        if s.scope == "edge" and s.caller and s.side:
+            sides[(s.caller, s.component, metric_of(s))][s.side] = s
+    return sides
+
+
+def slow_paths(data: MetricsData) -> list[SlowEdge]:
+    """Edges measured from both ends whose caller-side latency rose while the callee's did not."""
+    out = []
+    for (caller, callee, _), pair in sorted(measured_edges(data).items()):
+        client, server = pair.get("client"), pair.get("server")
+        if client is None or server is None or client.direction != "up" or client.mean_ratio is None:
+            continue
+        server_ratio = server.mean_ratio if server.direction == "up" and server.mean_ratio else 1.0
+        if client.mean_ratio >= PATH_SLOW_RATIO and client.mean_ratio >= 2 * server_ratio:
+            out.append(SlowEdge(caller, callee, client, server))
+    return out
+
+
+@dataclass(frozen=True)
+class Links:
+    """A component's call edges measured from both ends, and those slow between the ends."""
+
+    component: str
+    measured: int
+    slow: list[SlowEdge]
+
+    @property
+    def share(self) -> float:
+        return len(self.slow) / self.measured if self.measured else 0.0
+
+
+def links_of(data: MetricsData, component: str) -> Links:
+    both = {
+        (caller, callee)
+        for (caller, callee, _), pair in measured_edges(data).items()
+        if "client" in pair and "server" in pair and component in (caller, callee)
+    }
+    slow = [e for e in slow_paths(data) if component in (e.caller, e.callee)]
+    return Links(component, len(both), slow)
