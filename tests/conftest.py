@@ -72,15 +72,15 @@ def postgres_server() -> Iterator[postgres_server_module.PostgresServer]:
 def store_location(
     request: pytest.FixtureRequest, private_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> StoreLocation:
-    """The store a test uses: the SQLite file under its data directory, or a fresh database on the
-    session's PostgreSQL server. The environment says the same (``OPSAGENT_STORE_URL``, and the
+    """The store a test uses: the SQLite file under its data directory, or a fresh schema of the
+    session's PostgreSQL server's database. The environment says the same (``OPSAGENT_STORE_URL``, and the
     password in ``OPSAGENT_STORE_PASSWORD``), so a CLI command or a service the test starts uses it."""
     if request.param == "sqlite":
         location = StoreLocation.sqlite(private_data_dir / "opsagent.db")
         monkeypatch.setenv("OPSAGENT_STORE_URL", location.url)
         return location
     server: postgres_server_module.PostgresServer = request.getfixturevalue("postgres_server")
-    url = server.create_database(f"t_{uuid.uuid4().hex[:16]}")
+    url = server.create_schema(f"t_{uuid.uuid4().hex[:16]}")
     monkeypatch.setenv("OPSAGENT_STORE_URL", url)
     monkeypatch.setenv("OPSAGENT_STORE_PASSWORD", postgres_server_module.PASSWORD)
     return StoreLocation(url=url, password=SecretStr(postgres_server_module.PASSWORD))

@@ -116,6 +116,17 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}" OWNER {ROLE}')
         return self.database_url(name)
 
+    def create_schema(self, name: str) -> str:
+        """A fresh empty schema of the test role's database; returns a store URL whose connections
+        use it (``options=-csearch_path=…``, as a team may give opsagent a schema of its own). Far
+        cheaper than a database per test: nothing is copied."""
+        import psycopg
+
+        with psycopg.connect(host=str(self.socket_dir), port=self.port, user="postgres", dbname=DATABASE) as conn:
+            conn.autocommit = True
+            conn.execute(f'CREATE SCHEMA "{name}" AUTHORIZATION {ROLE}')
+        return f"{self.url}?options=-csearch_path%3D{name}"
+
     def _as_owner(self, cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
         user = _runas()
         full = ["runuser", "-u", user, "--", *cmd] if user else cmd
