@@ -10,6 +10,7 @@ dispatcher, which stores them with the job's end in one transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -80,6 +81,13 @@ class Worker:
             self._local.store = store
         return store
 
+    def _forget_store(self) -> None:
+        store: Store | None = getattr(self._local, "store", None)
+        self._local.store = None
+        if store is not None:
+            with contextlib.suppress(Exception):  # it failed already; closing it is a courtesy
+                store.close()
+
     def plan(self, payload: WebhookPayload) -> Plan | None:
         for candidate in payload.candidates():
             plan = self.config.provider.plan(candidate.as_alert())
@@ -97,6 +105,7 @@ class Worker:
         except StoreError as exc:
             log.warning("worker.lessons_unreadable", incident_id=job.incident_id, error=str(exc))
             lessons = []
+            self._forget_store()  # the next job connects again (a restarted server, a lost connection)
         started = time.perf_counter()
         report, charts = asyncio.run(_investigate(self, job, payload, plan, lessons))
         wall_ms = round((time.perf_counter() - started) * 1000, 1)

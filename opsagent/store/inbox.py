@@ -49,6 +49,8 @@ async def accept(tx: Tx, notifications: Sequence[NotificationIn]) -> list[Accept
     """Persist notifications (redacted) in this transaction, in arrival order. The batch is decided
     in memory from the groups' open incidents, read once, then written in a few statements whatever
     its size (psycopg sends each ``executemany`` in one round trip)."""
+    if not notifications:
+        return []
     chain = redactors()  # once a batch: the secrets to mask are this process's, read from its environment
     notes = [redacted(n, chain) for n in notifications]
     groups = sorted({n.group_key for n in notes})
