@@ -148,6 +148,10 @@ def _init_process(config: WorkerConfig, parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
 
 
+def _started() -> None:
+    """Nothing: submitted once per worker process so that the pool starts them all."""
+
+
 def _run_in_process(job: JobInput) -> JobOutput:
     if _process_worker is None:
         raise RuntimeError("worker process not initialised")
@@ -167,12 +171,15 @@ class Runner:
     def _make(self) -> Executor:
         if self.kind == "thread":
             return ThreadPoolExecutor(self.workers, thread_name_prefix="investigation")
-        return ProcessPoolExecutor(
+        pool = ProcessPoolExecutor(
             self.workers,
             mp_context=get_context("spawn"),
             initializer=_init_process,
             initargs=(self.config, os.getpid()),
         )
+        for _ in range(self.workers):  # started now, not by the first alert (a second of imports each)
+            pool.submit(_started)
+        return pool
 
     async def run(self, job: JobInput) -> JobOutput:
         """The job's output. Raises ``BrokenProcessPool`` when a worker died under it (the pool is
