@@ -53,10 +53,27 @@ def describe_series(s: SeriesStats) -> str:
     return ", ".join(parts)
 
 
+#: Beyond this many series (a scan of everything), the text lists the series that moved, the
+#: loudest first, up to this many, and counts the rest: what moved is what an engineer reads.
+SERIES_LISTED = 40
+
+
 def _metrics(d: MetricsData) -> str:
     if not d.stats:
         return "no series matched"
-    return "\n".join(describe_series(s) for s in d.stats)
+    if len(d.stats) <= SERIES_LISTED:
+        return "\n".join(describe_series(s) for s in d.stats)
+    moved = [s for s in d.stats if s.direction in ("up", "down")]
+    moved.sort(key=lambda s: (-abs(s.z_score or 0.0), s.component, s.signal))
+    flat = sum(1 for s in d.stats if s.direction == "flat")
+    lines = [
+        f"{len(d.stats)} series: {len(moved)} moved, {flat} flat, {len(d.stats) - len(moved) - flat} not judged "
+        "(too little data before onset)"
+    ]
+    lines += [describe_series(s) for s in moved[:SERIES_LISTED]]
+    if len(moved) > SERIES_LISTED:
+        lines.append(f"... and {len(moved) - SERIES_LISTED} more that moved, each less")
+    return "\n".join(lines)
 
 
 def _logs(d: LogsData) -> str:

@@ -115,7 +115,7 @@ class Hybrid(Strategy):
         recall: Recall = no_lessons,
     ) -> Outcome:
         found = await triage(toolbox, incident, topology)
-        meter.tokens += sum(toolbox.observations[oid].tokens for oid in set(found.observation_ids))
+        meter.tokens += sum(toolbox.observations[oid].tokens for oid in sorted(set(found.read_ids)))
         lessons = recall(found)
         available = set(found.source_kinds)
         k, beam = meter.budget.k, meter.budget.beam
@@ -153,7 +153,11 @@ class Hybrid(Strategy):
 
 
 def _spent(meter: Meter, results: list[HypothesisResult]) -> bool:
-    return meter.exhausted(0) is not None or any(r.stop_reason.startswith("budget") for r in results)
+    """The investigation's budgets (tokens, wall clock) are spent; a hypothesis that used its own
+    step allowance ends alone, and the next candidates still get their turn."""
+    return meter.exhausted(0) is not None or any(
+        r.stop_reason.startswith("budget") and not r.stop_reason.endswith(" steps") for r in results
+    )
 
 
 def _proven(results: list[HypothesisResult]) -> list[HypothesisResult]:

@@ -46,6 +46,11 @@ class Triage(BaseModel):
     graph: list[Edge]
     components: list[ComponentProfile]
     observation_ids: list[str]
+    read_ids: list[str] = Field(
+        default_factory=list,
+        description="the observations a reasoner reads of triage (the broad probes); the per-service log "
+        "summaries behind the log features are read, and charged, when a check asks for one",
+    )
     source_kinds: list[SourceKind] = Field(description="kinds of source that returned data")
     changes: list[ChangeRecord] = Field(default_factory=list, description="changes around onset")
 
@@ -108,5 +113,10 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     kinds = sorted({o.source for o in used if o.ok and o.source is not None and has_data(o)})
     seen_changes = changes.data.changes if isinstance(changes.data, ChangesData) else []
     return Triage(
-        graph=graph, components=out, observation_ids=[o.id for o in used], source_kinds=kinds, changes=seen_changes
+        graph=graph,
+        components=out,
+        observation_ids=[o.id for o in used],
+        read_ids=[o.id for o in [scan, changes, traces, logs_all, *kube, *versions]],
+        source_kinds=kinds,
+        changes=seen_changes,
     )

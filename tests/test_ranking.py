@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from opsagent.fixtures import Edge
-from opsagent.ranking import anomalous_reach, fronted, own_score, propagate
+from opsagent.ranking import anomalous_reach, fronted, own_score, propagate, weigh_by_specificity, without
 
 
 def _profiles(features: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -57,3 +57,33 @@ def test_a_fault_reaches_the_alert_only_through_disturbed_components() -> None:
     reach = anomalous_reach(graph, ("alerting",), own)
     assert "culprit" not in reach
     assert {"quiet", "dark", "other"} <= reach
+
+
+def test_a_shift_spreading_along_calls_is_one_place_scattered_shifts_are_weather() -> None:
+    graph = _edges(("front", "mid"), ("mid", "db"), ("x", "y"))
+    cascade = {c: {"signal:latency_p99:up": 2.0} for c in ("front", "mid", "db")}
+    scattered = {c: {"signal:latency_p99:up": 2.0} for c in ("a", "b", "c", "d", "e", "f")}
+    quiet = {c: {} for c in ("q1", "q2", "q3", "q4", "q5")}
+    cascade.update(quiet)
+    scattered.update(quiet)
+    weigh_by_specificity(cascade, graph)
+    weigh_by_specificity(scattered, graph)
+    assert cascade["db"]["signal:latency_p99:up"] == 2.0  # one place: as telling as a single component
+    assert scattered["a"]["signal:latency_p99:up"] < 1.0
+
+
+def test_own_failures_weigh_more_than_how_fast_it_is() -> None:
+    failing = {"signal:availability:down": 2.0}
+    slow = {"signal:latency_p99:up": 2.0}
+    assert own_score(failing) > own_score(slow)
+    with without("failures_first"):
+        assert own_score(failing) == own_score(slow)
+
+
+def test_a_slow_callee_does_not_explain_errors_of_the_callers_own_making() -> None:
+    graph = _edges(("api", "dep"))
+    own_errors = {"log:new_error": 2.0, "log:new_own_error": 2.0}
+    timeouts = {"log:new_error": 2.0, "log:new:timeout": 0.5}
+    with_own = propagate({"api": 4.0, "dep": 4.0}, graph, {"api": own_errors, "dep": SLOW})
+    with_timeouts = propagate({"api": 4.0, "dep": 4.0}, graph, {"api": timeouts, "dep": SLOW})
+    assert with_own["api"] > 3.5 > with_timeouts["api"]

@@ -29,8 +29,10 @@ from opsagent.stats import ts
 VERSION_LABELS = ("version", "app_version", "service_version", "release")
 #: A difference counts when the test gives a p-value below this.
 SIGNIFICANT_P = 0.01
-#: The new version is slower only if this many times slower (and by the metric's smallest effect).
-SLOWER_RATIO = 1.5
+#: The new version is slower only if this many times slower, and by FRESH_POD_MARGIN times the
+#: metric's smallest effect that counts: a freshly started pod (cold caches, a warming JIT) is a few
+#: milliseconds slower than a warm one as a rule, which no user notices.
+SLOWER_RATIO, FRESH_POD_MARGIN = 2.0, 2.0
 #: Fewer samples of either version than this, and a metric is not compared; fewer samples of the
 #: new version than NO_WORSE_SAMPLES, and "no worse" is not concluded.
 MIN_SAMPLES, NO_WORSE_SAMPLES = 3, 5
@@ -110,12 +112,13 @@ def compare_versions(series: Sequence[MetricSeries], *, service: str, incident: 
 
 
 def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, end: float) -> VersionComparison | None:
-    new_points = [(t, v) for s in sides.get("new", []) for t, v in s.samples if since <= t <= end]
-    # The same values at the same minute under an old pod's name are the new pod's (a replaced pod
-    # whose series the collector carried over), not the old version's.
-    seen = {(round(t), v) for t, v in new_points}
+    new_series = sides.get("new", [])
+    new_points = [(t, v) for s in new_series for t, v in s.samples if since <= t <= end]
     old_points = [
-        (t, v) for s in sides.get("old", []) for t, v in s.samples if since <= t <= end and (round(t), v) not in seen
+        (t, v)
+        for s in sides.get("old", [])
+        for t, v in s.samples
+        if since <= t <= end and not any(_carries(s, n, t) for n in new_series)
     ]
     if len(new_points) < MIN_SAMPLES or len(old_points) < MIN_SAMPLES:
         return None
@@ -127,7 +130,7 @@ def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, e
     gap = new_m - old_m if way == "up" else old_m - new_m if way == "down" else 0.0
     worse = p < SIGNIFICANT_P and gap > 0 and gap >= floor
     if worse and meaning == "latency":
-        worse = new_m >= SLOWER_RATIO * max(old_m, floor)
+        worse = new_m >= SLOWER_RATIO * max(old_m, floor) and gap >= FRESH_POD_MARGIN * floor
     return VersionComparison(
         metric=key.metric,
         meaning=meaning,
@@ -142,6 +145,18 @@ def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, e
         p_value=p,
         worse=worse and meaning != "resources",
     )
+
+
+def _carries(old: MetricSeries, new: MetricSeries, at: float) -> bool:
+    """Whether an old pod's series carries a new pod's values from some minute on (a replaced pod
+    whose series the collector kept, now reporting its successor): at ``at`` and at every minute
+    both report after the new pod's first, the same varying values."""
+    theirs = {round(t): v for t, v in new.samples}
+    shared = [(round(t), v) for t, v in old.samples if round(t) in theirs]
+    if len(shared) < MIN_SAMPLES or round(at) not in theirs:
+        return False
+    varying = len({theirs[t] for t, _ in shared}) > 1
+    return varying and all(theirs[t] == v for t, v in shared)
 
 
 def _text(c: VersionComparison) -> str:
