@@ -19,16 +19,19 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/opsagent investigate $(INCIDENT) --no-live --no-lessons
 
-## Debian's Prometheus and Alertmanager (tests that run real servers) and Chromium (the headless
-## screenshot test of the report page).
+## Debian's Prometheus and Alertmanager (tests that run real servers), PostgreSQL (the shared store's
+## tests) and Chromium (the headless screenshot test of the report page).
+PG_CTL := $(firstword $(wildcard /usr/lib/postgresql/*/bin/pg_ctl))
 system-deps:
-	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null; then \
-		echo "prometheus, alertmanager and chromium present"; \
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null \
+		&& command -v chromium >/dev/null && [ -n "$(PG_CTL)" ]; then \
+		echo "prometheus, alertmanager, postgresql and chromium present"; \
 	elif command -v apt-get >/dev/null; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus prometheus-alertmanager chromium >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			prometheus prometheus-alertmanager postgresql chromium >/dev/null; \
 	else \
-		echo "apt-get not found: tests that need Prometheus, Alertmanager or Chromium will be skipped"; \
+		echo "apt-get not found: tests that need Prometheus, Alertmanager, PostgreSQL or Chromium will be skipped"; \
 	fi
 
 test: $(STAMP) system-deps

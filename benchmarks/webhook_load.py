@@ -3,6 +3,8 @@
     python benchmarks/webhook_load.py [--notifications 2000] [--concurrency 50] [--groups 200]
                                       [--rate PER_S] [--clients 2] [--workers 2]
                                       [--client aiohttp|httpx]
+                                      [--store sqlite|postgresql|postgresql://user@host/db] [--replicas N]
+                                      [--jobs 60 --job-workers 1,2] [--matrix]
 
 Starts ``opsagent serve`` (worker processes, replay sources from fixtures/incidents) on a free
 loopback port with a temporary data directory, warms it up, then sends the notifications with at
@@ -16,6 +18,22 @@ latency as the client saw it, the service's own accept histogram, how many notif
 persisted (counted in the store), how many duplicates were collapsed into an open incident, and the
 investigations' state. Each of the ``--groups`` groups opens one incident, whose investigation (the
 order-service recorded incident) runs in a worker process while the rest of the load arrives.
+
+``--store``: the SQLite file (default); ``postgresql``, a throwaway PostgreSQL server this script
+starts (Debian's postgresql, fsync on, as tests/postgres_server.py makes it); or the URL of a
+server of your own (the password in OPSAGENT_STORE_PASSWORD). ``--replicas N`` starts N replicas on
+the one store and spreads the client processes over them, every group's notifications reaching
+each replica (as a clustered Alertmanager delivers them); the ``--workers`` investigation workers
+are shared out among the replicas (2 replicas of ``--workers 2`` run one each), so every row runs as
+many investigations at once on the same cores. Lost (acknowledged, not stored) and
+duplicated (a second incident for a group) are counted in the store.
+
+``--jobs J`` measures the investigations' throughput instead: J alert groups are accepted by one
+``serve --no-workers`` replica while ``opsagent worker`` processes (``--job-workers``: how many, one
+investigation each) drain the queue; prints jobs/min from the first accept to the last job done.
+
+``--matrix`` runs the table the README shows, in one run: SQLite with 1 replica, PostgreSQL with 1
+and 2 replicas, then jobs/min with 1 and 2 worker processes on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -32,8 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -46,7 +65,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from opsagent.store import Store  # noqa: E402
+from opsagent.store import Store, StoreLocation  # noqa: E402
 
 FIXTURE = "order-service-threadpool-config"
 WEBHOOK = "/webhook/alertmanager"
@@ -215,7 +234,7 @@ def _client(
 
 
 def load(
-    base: str,
+    bases: list[str],
     token: str,
     *,
     total: int,
@@ -232,6 +251,11 @@ def load(
     with it, notifications are due at a steady ``rate`` per second."""
     started = datetime.now(UTC) - timedelta(minutes=5)
     bodies = [json.dumps(payload(first_group + i % groups, i, started, groups)).encode() for i in range(total)]
+    # client process k sends to replica k % replicas; notification i goes to client (i + i // groups): each
+    # round over the groups moves to the next client, so every group's notifications reach every replica
+    shares: list[list[bytes]] = [[] for _ in range(clients)]
+    for i, body in enumerate(bodies):
+        shares[(i + i // groups) % clients].append(body)
     ctx = get_context("spawn")
     start_at = time.time() + 4.0  # every client process imported, connected and warm by then
     pipes, procs = [], []
@@ -240,7 +264,7 @@ def load(
         reader, writer = ctx.Pipe(duplex=False)
         paced = rate / clients if rate else None
         proc = ctx.Process(
-            target=_client, args=(client, base, token, bodies[k::clients], share, paced, start_at, writer)
+            target=_client, args=(client, bases[k % len(bases)], token, shares[k], share, paced, start_at, writer)
         )
         proc.start()
         pipes.append(reader)
@@ -271,86 +295,259 @@ def server_side(metrics: str) -> str:
     return ", ".join(shown) + " (opsagent_webhook_accept_seconds, warm-up included)" if total else "n/a"
 
 
-async def main(args: argparse.Namespace) -> None:
-    port = free_port()
-    token = secrets.token_urlsafe(24)
-    data = Path(tempfile.mkdtemp(prefix="opsagent-bench-"))
+@dataclass
+class Replica:
+    """``opsagent COMMAND`` as a child process on a port of its own."""
+
+    command: list[str]
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "opsagent.service", *self.command, "--port", str(self.port)]
+        self.proc = subprocess.Popen([*cmd, "--log-level", "warning"], cwd=ROOT, env=self.env)
+
+    async def ready(self) -> None:
+        assert self.proc is not None
+        async with httpx.AsyncClient(base_url=self.base, timeout=5) as probe:
+            await wait_ready(probe, self.proc, timeout_s=60)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextlib.contextmanager
+def store_for(spec: str, data: Path) -> Iterator[StoreLocation]:
+    """The store the run uses: the SQLite file, a throwaway PostgreSQL server, or the user's."""
+    if spec == "sqlite":
+        yield StoreLocation.sqlite(data / "opsagent.db")
+    elif spec == "postgresql":
+        from pydantic import SecretStr
+
+        from tests.postgres_server import PASSWORD, postgres
+
+        with postgres(durable=True) as server:
+            yield StoreLocation(url=server.url, password=SecretStr(PASSWORD))
+    else:
+        from pydantic import SecretStr
+
+        secret = os.environ.get("OPSAGENT_STORE_PASSWORD")
+        yield StoreLocation(url=spec, password=SecretStr(secret) if secret else None)
+
+
+def service_env(location: StoreLocation, data: Path, token: str) -> dict[str, str]:
     env = {
         **os.environ,
         "OPSAGENT_DATA_DIR": str(data),
         "OPSAGENT_WEBHOOK_TOKEN": token,
         "OPSAGENT_CONFIG": "",
+        "OPSAGENT_STORE_URL": location.url,
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "opsagent.service",
-        "serve",
-        "--port",
-        str(port),
-        "--workers",
-        str(args.workers),
-        "--fixtures",
-        str(args.fixtures),
-        "--log-level",
-        "warning",
+    if location.password is not None:
+        env["OPSAGENT_STORE_PASSWORD"] = location.password.get_secret_value()
+    return env
+
+
+def counted(location: StoreLocation) -> dict[str, int]:
+    """What the store holds: notifications, incidents, groups with more than one incident, jobs by state."""
+    with Store(location) as store:
+        jobs = store.job_counts()
+        incidents = store.incidents(limit=1_000_000)
+        by_group: dict[str, int] = {}
+        for incident in incidents:
+            by_group[incident.group_key] = by_group.get(incident.group_key, 0) + 1
+        return {
+            "persisted": store.notification_count(),
+            "incidents": len(incidents),
+            "duplicated": sum(n - 1 for n in by_group.values()),
+            **jobs,
+        }
+
+
+async def accept_run(args: argparse.Namespace, location: StoreLocation, data: Path, replicas: int) -> dict[str, Any]:
+    token = secrets.token_urlsafe(24)
+    env = service_env(location, data, token)
+    # the investigation workers are shared out: N replicas run as many investigations at once as one
+    each = max(args.workers // replicas, 1)
+    started = [
+        Replica(["serve", "--workers", str(each), "--fixtures", str(args.fixtures)], env) for _ in range(replicas)
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=5) as probe:
-            await wait_ready(probe, proc)
+        for replica in started:
+            replica.start()
+        for replica in started:
+            await replica.ready()
+        bases = [r.base for r in started]
         shape = {
             "concurrency": args.concurrency,
             "groups": args.groups,
-            "clients": args.clients,
+            "clients": max(args.clients, replicas),
             "rate": args.rate,
             "client": args.client,
         }
-        load(base, token, total=args.warmup, first_group=10**6, **shape)  # warm up, on groups of its own
-        result = load(base, token, total=args.notifications, **shape)
-        async with httpx.AsyncClient(base_url=base, timeout=5) as probe:
-            server = (await probe.get("/metrics", headers={"Authorization": f"Bearer {token}"})).text
-        with Store(data / "opsagent.db") as store:  # read while the service runs (WAL: readers never wait)
-            jobs = store.job_counts()
+        load(bases, token, total=args.warmup, first_group=10**6, **shape)  # warm up, on groups of its own
+        result = load(bases, token, total=args.notifications, **shape)
+        async with httpx.AsyncClient(base_url=bases[0], timeout=5) as probe:
+            result["server"] = (await probe.get("/metrics", headers={"Authorization": f"Bearer {token}"})).text
+        result["jobs_at_end"] = counted(location)  # read while the service runs (WAL: readers never wait)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    with Store(data / "opsagent.db") as store:
-        persisted = store.notification_count()
-        incidents = len(store.incidents(limit=100_000))
+        for replica in started:
+            replica.stop()
+    result["stored"] = counted(location)
+    return result
+
+
+async def jobs_run(args: argparse.Namespace, location: StoreLocation, data: Path, workers: int) -> dict[str, Any]:
+    """J groups accepted by a web-only replica, drained by ``workers`` worker processes."""
+    token = secrets.token_urlsafe(24)
+    env = service_env(location, data, token)
+    web = Replica(["serve", "--no-workers"], env)
+    pool = [Replica(["worker", "--workers", "1", "--fixtures", str(args.fixtures)], env) for _ in range(workers)]
+    first_group = 10**7 + workers * 10**5  # groups of this run's own
+    try:
+        for process in (web, *pool):
+            process.start()
+        for process in (web, *pool):
+            await process.ready()
+        before = counted(location)
+        began = time.perf_counter()
+        load(
+            [web.base],
+            token,
+            total=args.jobs,
+            groups=args.jobs,
+            concurrency=10,
+            clients=1,
+            rate=None,
+            client=args.client,
+            first_group=first_group,
+        )
+        while True:
+            now = counted(location)
+            if now["done"] + now["failed"] - before["done"] - before["failed"] >= args.jobs:
+                break
+            await asyncio.sleep(0.2)
+        elapsed = time.perf_counter() - began
+    finally:
+        for process in (web, *pool):
+            process.stop()
+    return {"workers": workers, "jobs": args.jobs, "elapsed": elapsed, "failed": now["failed"] - before["failed"]}
+
+
+def p99(latencies: list[float]) -> tuple[float, float]:
+    cuts = quantiles(sorted(latencies), n=100, method="inclusive")
+    return cuts[49], cuts[98]
+
+
+def report_accept(args: argparse.Namespace, replicas: int, result: dict[str, Any]) -> None:
     lat = sorted(result["latencies"])
-    cuts = quantiles(lat, n=100, method="inclusive")
+    p50, p99_ = p99(lat)
     accepted = result["statuses"].get(202, 0)
     sent = args.warmup + args.notifications
+    stored, jobs = result["stored"], result["jobs_at_end"]
+    lost = max(sent - stored["persisted"], 0)
     print(
         f"notifications {args.notifications} (+{args.warmup} warm-up) · concurrency {args.concurrency} "
-        f"({args.clients} client processes, {args.client}) · {args.groups} alert groups · "
-        f"{args.workers} investigation workers · loopback · "
+        f"({max(args.clients, replicas)} client processes, {args.client}) · {args.groups} alert groups · "
+        f"store {args.store} · {replicas} replica(s) · {max(args.workers // replicas, 1) * replicas} investigation "
+        "workers in all · loopback · "
         + (f"paced at {args.rate:g}/s" if args.rate else "closed loop (each sender sends again once answered)")
     )
     print(f"accepted        {accepted}/{args.notifications}  (statuses: {result['statuses']})")
     print(f"accepted/s      {accepted / result['elapsed']:.0f}")
-    print(f"accept latency  p50 {cuts[49] * 1000:.1f} ms · p99 {cuts[98] * 1000:.1f} ms · max {lat[-1] * 1000:.1f} ms")
+    print(f"accept latency  p50 {p50 * 1000:.1f} ms · p99 {p99_ * 1000:.1f} ms · max {lat[-1] * 1000:.1f} ms")
     print(
         f"clients' CPU    {result['client_cpu']:.2f} s over {result['elapsed']:.2f} s "
         "(the load generator shares the machine's cores with the service)"
     )
-    print(f"server side     {server_side(server)}")
-    print(f"persisted       {persisted}/{sent} notifications in the store (warm-up included)")
+    print(f"server side     {server_side(result['server'])} (replica 1)")
+    print(f"persisted       {stored['persisted']}/{sent} notifications in the store (warm-up included); lost {lost}")
     print(
         f"duplicates      {result['actions'].get('updated', 0)} collapsed into an open incident; "
-        f"{result['actions'].get('opened', 0)} opened one ({args.groups} groups; {incidents} incidents in all)"
+        f"{result['actions'].get('opened', 0)} opened one ({args.groups} groups; {stored['incidents']} incidents "
+        f"in all, warm-up included; {stored['duplicated']} duplicated)"
     )
     print(
         f"investigations  {jobs['done']} done, {jobs['running']} running, {jobs['queued']} queued "
         f"when the load ended ({jobs['failed']} failed)"
     )
-    if persisted != sent or accepted != args.notifications:
-        raise SystemExit("FAIL: a notification was refused or not persisted")
+    if stored["persisted"] != sent or accepted != args.notifications or stored["duplicated"]:
+        raise SystemExit("FAIL: a notification was refused, not persisted, or opened a second incident")
+
+
+def report_jobs(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    per_min = result["jobs"] / result["elapsed"] * 60
+    print(
+        f"investigations  {result['jobs']} jobs (the order-service recorded incident) · store {args.store} · "
+        f"{result['workers']} `opsagent worker` process(es), one investigation each · "
+        f"{result['elapsed']:.1f} s from the first accept to the last done · {per_min:.0f} jobs/min "
+        f"({result['failed']} failed)"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.matrix:
+        await matrix(args)
+        return
+    data = Path(tempfile.mkdtemp(prefix="opsagent-bench-"))
+    with store_for(args.store, data) as location:
+        if args.jobs:
+            for workers in args.job_workers:
+                report_jobs(args, await jobs_run(args, location, data, workers))
+            return
+        report_accept(args, args.replicas, await accept_run(args, location, data, args.replicas))
+
+
+async def matrix(args: argparse.Namespace) -> None:
+    """SQLite ×1, PostgreSQL ×1 and ×2 (accepted/s, p99), then jobs/min with 1 and 2 workers."""
+    rows: list[tuple[str, int, dict[str, Any]]] = []
+    for spec, replicas in (("sqlite", 1), ("postgresql", 1), ("postgresql", 2)):
+        data = Path(tempfile.mkdtemp(prefix="opsagent-bench-"))
+        with store_for(spec, data) as location:
+            args.store = spec
+            result = await accept_run(args, location, data, replicas)
+            report_accept(args, replicas, result)
+            print()
+            rows.append((spec, replicas, result))
+    throughput = []
+    data = Path(tempfile.mkdtemp(prefix="opsagent-bench-"))
+    with store_for("postgresql", data) as location:
+        args.store = "postgresql"
+        for workers in (1, 2):
+            result = await jobs_run(args, location, data, workers)
+            report_jobs(args, result)
+            throughput.append(result)
+    print()
+    print("| store | replicas | accepted/s | p50 | p99 | lost | duplicated |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for spec, replicas, result in rows:
+        p50, p99_ = p99(result["latencies"])
+        accepted = result["statuses"].get(202, 0)
+        stored = result["stored"]
+        lost = max(args.warmup + args.notifications - stored["persisted"], 0)
+        print(
+            f"| {spec} | {replicas} | {accepted / result['elapsed']:,.0f} | {p50 * 1000:.1f} ms | {p99_ * 1000:.1f} ms "
+            f"| {lost} | {stored['duplicated']} |"
+        )
+    print()
+    print("| store | worker processes | jobs | jobs/min |")
+    print("|---|---:|---:|---:|")
+    for result in throughput:
+        print(
+            f"| postgresql | {result['workers']} | {result['jobs']} | {result['jobs'] / result['elapsed'] * 60:.0f} |"
+        )
 
 
 if __name__ == "__main__":
@@ -371,4 +568,19 @@ if __name__ == "__main__":
         "--rate", type=float, default=None, help="notifications per second (default: as fast as answered)"
     )
     parser.add_argument("--fixtures", type=Path, default=ROOT / "fixtures" / "incidents")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument(
+        "--store", default="sqlite", help="sqlite, postgresql (a throwaway server) or postgresql://user@host/db"
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="service replicas sharing the store")
+    parser.add_argument("--jobs", type=int, default=0, help="measure investigations/min over this many jobs instead")
+    parser.add_argument(
+        "--job-workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="worker processes to measure --jobs with (comma-separated)",
+    )
+    parser.add_argument("--matrix", action="store_true", help="the README's table: every store and replica count")
+    parsed = parser.parse_args()
+    if parsed.matrix and not parsed.jobs:
+        parsed.jobs = 60
+    asyncio.run(main(parsed))

@@ -23,6 +23,7 @@ from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig, credentials
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef, not_utf8
 from opsagent.links import LinkSettings
+from opsagent.store.location import STORE_PASSWORD_ENV, StoreLocation, url_problem
 
 
 def _default_data_dir() -> Path:
@@ -96,6 +97,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPSAGENT_", extra="forbid", env_nested_delimiter="__")
 
     data_dir: Path = Field(default_factory=_default_data_dir, description="where the SQLite store lives")
+    store_url: str | None = Field(
+        default=None,
+        description="the store: sqlite:///path/opsagent.db, or postgresql://user@host:5432/db shared by several "
+        "replicas (default: the SQLite file under data_dir); never a password in it",
+    )
+    store_password: SecretStr | None = Field(
+        default=None, description=f"the PostgreSQL store's password ({STORE_PASSWORD_ENV}, env only)"
+    )
+    store_pool_size: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections a service process holds")
     playbooks_dir: Path | None = Field(
         default=None, description="playbooks to use instead of the ones opsagent ships (a directory of *.yaml)"
     )
@@ -160,6 +170,14 @@ class Settings(BaseSettings):
         default_factory=LinkSettings, description="where a report's links out point (Prometheus, Grafana, Alertmanager)"
     )
 
+    @field_validator("store_url")
+    @classmethod
+    def _store_url(cls, url: str | None) -> str | None:
+        problem = url_problem(url) if url else None
+        if problem is not None:
+            raise ValueError(problem)
+        return url
+
     @field_validator("public_url")
     @classmethod
     def _no_credentials_in_public_url(cls, url: str | None) -> str | None:
@@ -190,6 +208,7 @@ class Settings(BaseSettings):
 
     @property
     def database(self) -> Path:
+        """The embedded store's file (used when ``store_url`` is not set)."""
         return self.data_dir / "opsagent.db"
 
     def link_settings(self) -> LinkSettings:
@@ -202,6 +221,13 @@ class Settings(BaseSettings):
                 "alertmanager_url": self.links.alertmanager_url or alertmanager,
             }
         )
+
+    @property
+    def store(self) -> StoreLocation:
+        """Where the store is, with its password (from the environment)."""
+        if self.store_url is None:
+            return StoreLocation.sqlite(self.database)
+        return StoreLocation(url=self.store_url, password=self.store_password, pool_size=self.store_pool_size)
 
 
 def secret_fields(settings_cls: type[BaseSettings]) -> set[str]:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
+
+from opsagent.store import StoreLocation
+from tests import postgres_server as postgres_server_module
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENTS = ROOT / "fixtures" / "incidents"
@@ -28,6 +33,8 @@ def private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     data = tmp_path / "opsagent-data"
     monkeypatch.setenv("OPSAGENT_DATA_DIR", str(data))
     monkeypatch.delenv("OPSAGENT_CONFIG", raising=False)
+    for name in ("OPSAGENT_STORE_URL", "OPSAGENT_STORE_PASSWORD"):  # the store is the test's, never the user's
+        monkeypatch.delenv(name, raising=False)
     return data
 
 
@@ -35,3 +42,45 @@ def private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
     yield
+
+
+# ---------------------------------------------------------------- the store's two backends
+
+#: Every test that takes ``store_location`` runs once per backend.
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres_server_module.PostgresServer]:
+    """One PostgreSQL server for the session (each test gets a database of its own); the tests that
+    need it skip, saying why, only when it cannot be started here."""
+    reason = postgres_server_module.unavailable()
+    if reason is not None:
+        pytest.skip(f"no PostgreSQL server: {reason}")
+    running = postgres_server_module.postgres()
+    try:
+        server = running.__enter__()
+    except RuntimeError as exc:
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    try:
+        yield server
+    finally:
+        running.__exit__(None, None, None)
+
+
+@pytest.fixture(params=BACKENDS)
+def store_location(
+    request: pytest.FixtureRequest, private_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> StoreLocation:
+    """The store a test uses: the SQLite file under its data directory, or a fresh schema of the
+    session's PostgreSQL server's database. The environment says the same (``OPSAGENT_STORE_URL``, and the
+    password in ``OPSAGENT_STORE_PASSWORD``), so a CLI command or a service the test starts uses it."""
+    if request.param == "sqlite":
+        location = StoreLocation.sqlite(private_data_dir / "opsagent.db")
+        monkeypatch.setenv("OPSAGENT_STORE_URL", location.url)
+        return location
+    server: postgres_server_module.PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.create_schema(f"t_{uuid.uuid4().hex[:16]}")
+    monkeypatch.setenv("OPSAGENT_STORE_URL", url)
+    monkeypatch.setenv("OPSAGENT_STORE_PASSWORD", postgres_server_module.PASSWORD)
+    return StoreLocation(url=url, password=SecretStr(postgres_server_module.PASSWORD))

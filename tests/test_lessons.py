@@ -14,7 +14,7 @@ from opsagent.models import Action, Citation, Lesson, LessonTrigger, Symptom
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
-from opsagent.store import MIGRATIONS, Store, StoreError
+from opsagent.store import Store, StoreError, StoreLocation, schema_version
 from tests.conftest import ORDER_INCIDENT
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -52,9 +52,8 @@ def test_next_actions_are_templates_that_carry_over_to_other_services() -> None:
     assert action.args == {"service": "payment-service", "before_min": 30}
 
 
-def test_store_migrates_merges_near_duplicates_and_counts_use(tmp_path: Path) -> None:
-    path = tmp_path / "opsagent.db"
-    with Store(path) as store:
+def test_store_migrates_merges_near_duplicates_and_counts_use(store_location: StoreLocation) -> None:
+    with Store(store_location) as store:
         first, merged = store.upsert_lesson(lesson(source_incident="inc-1"))
         again, merged_again = store.upsert_lesson(lesson(source_incident="inc-2", services=["payment-service"]))
         other, _ = store.upsert_lesson(lesson(kind="slow_query"))
@@ -63,8 +62,8 @@ def test_store_migrates_merges_near_duplicates_and_counts_use(tmp_path: Path) ->
     assert not merged and merged_again and first.id == again.id != other.id
     assert stored.count == 2 and stored.seen_in == ["inc-1", "inc-2"] and stored.times_helped == 1
     assert stored.services == ["order-service", "payment-service"]
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
-    with Store(path) as reopened:  # a second process sees the same lessons
+    with Store(store_location) as reopened:  # a second process sees the same lessons
+        assert reopened.schema_version() == schema_version()
         assert {le.id for le in reopened.lessons()} == {first.id, other.id}
 
 

@@ -57,6 +57,8 @@ def test_the_wheel_carries_playbooks_schemas_catalogs_and_the_demo_incident(
     assert {f"opsagent/schema/{p.name}" for p in (ROOT / "fixtures" / "schema").glob("*.json")} <= names
     assert {"opsagent/data/signals.yaml", "opsagent/data/signals_live.yaml", "opsagent/llm/data/prompts.yaml"} <= names
     assert "opsagent/examples/order-service-threadpool-config/incident.yaml" in names
+    migrations = {f"opsagent/store/migrations/{p.name}" for p in (ROOT / "opsagent/store/migrations").glob("*.sql")}
+    assert migrations and migrations <= names  # the store's schema, for a fresh database
     assert not any(n.startswith(("tests/", "fixtures/", "benchmarks/")) for n in names)
 
 

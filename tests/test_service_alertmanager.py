@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from opsagent.service.app import create_app
-from opsagent.store import Store
+from opsagent.store import Store, StoreLocation
 from tests.alertmanager import Alertmanager, requires_alertmanager
 from tests.service_support import AUTH, TOKEN, serving, settings, wait_for
 
@@ -33,8 +33,11 @@ def alert(pod: str, *, ends: datetime | None = None) -> dict[str, Any]:
 
 
 @requires_alertmanager
-def test_alertmanager_notifications_are_investigated_once_and_resolved(tmp_path: Path) -> None:
+def test_alertmanager_notifications_are_investigated_once_and_resolved(
+    tmp_path: Path, store_location: StoreLocation
+) -> None:
     config = settings(tmp_path)
+    assert config.store.url == store_location.url
     app = create_app(config, runner="process", poll_s=0.2)
     with serving(app) as base, httpx.Client(base_url=base, timeout=10, headers=AUTH) as api:
         hook = f"{base}/webhook/alertmanager"
@@ -80,7 +83,7 @@ def test_alertmanager_notifications_are_investigated_once_and_resolved(tmp_path:
         assert 'opsagent_webhook_notifications_total{action="opened"} 1.0' in metrics
         assert 'opsagent_webhook_notifications_total{action="resolved"} 1.0' in metrics
         assert 'opsagent_webhook_rejected_total{reason="unauthorized"} 0.0' in metrics
-    with Store(config.database) as store:
+    with Store(config.store) as store:
         jobs = store.job_counts()
         assert sum(jobs.values()) == 1 and jobs["done"] == 1  # the re-notification started no investigation
         assert store.notification_count() >= 3

@@ -21,9 +21,15 @@ from opsagent.service.app import create_app
 from opsagent.service.auth import Credentials
 from opsagent.service.provider import FixtureProvider
 from opsagent.settings import Settings, load_settings
-from opsagent.store import IncidentRecord
+from opsagent.store import IncidentRecord, StoreLocation
 from tests.conftest import INCIDENTS
 from tests.service_support import AUTH, TOKEN, notification, order_alert, settings, wait_for
+
+
+@pytest.fixture(autouse=True)
+def backend(store_location: StoreLocation) -> StoreLocation:
+    """Every test here runs on both backends (the environment names the store the app opens)."""
+    return store_location
 
 
 @pytest.fixture
@@ -266,11 +272,11 @@ def test_the_report_page_shows_cause_charts_ruled_out_lessons_and_cost(client: T
     assert client.get("/incidents/inc-000000000000").status_code == 404
 
 
-def test_the_service_prunes_incidents_past_their_retention(tmp_path: Path) -> None:
+def test_the_service_prunes_incidents_past_their_retention(tmp_path: Path, backend: StoreLocation) -> None:
     from opsagent.store import JobOutcome, NotificationIn, Store
 
     long_ago = datetime.now(UTC) - timedelta(days=45)
-    with Store(tmp_path / "data" / "opsagent.db") as store:
+    with Store(backend) as store:
         old = NotificationIn(
             group_key="old",
             status="firing",
@@ -349,32 +355,32 @@ def test_the_fixture_provider_matches_by_label_or_by_alertname_and_service() -> 
     assert plan.alert.starts_at.year == 2026 and plan.sources.kinds()  # the recorded alert, its times
 
 
-def test_notifications_record_the_payload_as_received(client: TestClient, app: FastAPI, tmp_path: Path) -> None:
+def test_notifications_record_the_payload_as_received(client: TestClient, backend: StoreLocation) -> None:
     body = notification(extra_field={"kept": True})
     post(client, body)
     from opsagent.store import Store
 
-    with Store(tmp_path / "data" / "opsagent.db") as store:
+    with Store(backend) as store:
         assert store.notification_count() == 1
         record: IncidentRecord = store.incidents()[0]
         assert record.title == "order-service p99 latency 2.25s" and record.alertname == "OrderServiceHighLatency"
 
 
 def test_a_store_that_cannot_be_written_is_a_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from opsagent.store import Store, StoreError
+    from opsagent.store import ServiceStore, StoreError
 
-    def broken(self: Store, notifications: object) -> None:
-        raise StoreError("disk full", path=self.path)
+    async def broken(self: ServiceStore, notifications: object) -> None:
+        raise StoreError("disk full", where=self.where)
 
-    monkeypatch.setattr(Store, "accept", broken)
+    monkeypatch.setattr(ServiceStore, "accept", broken)
     response = post(client, notification())
     assert response.status_code == 503 and "retry" in response.json()["detail"]
 
 
-def test_stopping_gives_running_jobs_back_without_counting_an_attempt(app: FastAPI, tmp_path: Path) -> None:
+def test_stopping_gives_running_jobs_back_without_counting_an_attempt(app: FastAPI, backend: StoreLocation) -> None:
     from opsagent.store import Store
 
-    database = tmp_path / "data" / "opsagent.db"
+    database = backend
     with TestClient(app, headers=AUTH) as client:
         post(client, notification())
 

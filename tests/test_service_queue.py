@@ -9,14 +9,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client import generate_latest
 
 from opsagent.models import TimeRange
 from opsagent.service.charts import Chart, Marker, svg
 from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import SlackNotifier
-from opsagent.service.queue import Inbox, Owner, StoreThread
-from opsagent.store import IncidentRecord, JobOutcome, NotificationIn, Store
+from opsagent.service.queue import Inbox, Owner
+from opsagent.store import Accepted, IncidentRecord, JobOutcome, NotificationIn, ServiceStore, Store, StoreLocation
 from tests.test_lessons import lesson
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -39,8 +40,8 @@ def note(
     )
 
 
-def test_accept_dedups_by_group_in_one_transaction(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite") as store:
+def test_accept_dedups_by_group_in_one_transaction(store_location: StoreLocation) -> None:
+    with Store(store_location) as store:
         results = store.accept(
             [note("a"), note("a"), note("b"), note("a", "resolved"), note("a"), note("c", "resolved")]
         )
@@ -52,11 +53,11 @@ def test_accept_dedups_by_group_in_one_transaction(tmp_path: Path) -> None:
         assert first is not None and first.state == "resolved" and first.notifications == 3
 
 
-def test_a_group_firing_again_after_an_unheard_resolution_opens_a_new_incident(tmp_path: Path) -> None:
+def test_a_group_firing_again_after_an_unheard_resolution_opens_a_new_incident(store_location: StoreLocation) -> None:
     m = timedelta(minutes=1)
     skew = 30 * m  # the alerting side's clock runs half an hour ahead: only its own times are compared
     a, b, c = NOW + skew - 2 * m, NOW + skew + 10 * m, NOW + skew + 300 * m
-    with Store(tmp_path / "db.sqlite") as store:
+    with Store(store_location) as store:
         first = store.accept([note("g", at=NOW, started=(a,))])[0]
         # re-notified, then joined by an alert that started since: one episode while any old one fires
         assert store.accept([note("g", at=NOW + 5 * m, started=(a,))])[0].action == "updated"
@@ -73,8 +74,8 @@ def test_a_group_firing_again_after_an_unheard_resolution_opens_a_new_incident(t
         assert store.accept([note("g", at=NOW + 900 * m)])[0].action == "updated"
 
 
-def test_jobs_are_leased_renewed_retaken_and_given_up(tmp_path: Path) -> None:
-    with Store(tmp_path / "db.sqlite") as store:
+def test_jobs_are_leased_renewed_retaken_and_given_up(store_location: StoreLocation) -> None:
+    with Store(store_location) as store:
         store.accept([note("a"), note("b")])
         t = 1_000.0
         job = store.claim_job(owner="h:1:x", now=t, lease_s=10, max_attempts=2)
@@ -97,9 +98,11 @@ def test_jobs_are_leased_renewed_retaken_and_given_up(tmp_path: Path) -> None:
         assert store.job_counts() == {"queued": 0, "running": 0, "done": 1, "failed": 1}
 
 
-def test_pruning_deletes_old_finished_incidents_with_their_trail_and_keeps_the_rest(tmp_path: Path) -> None:
+def test_pruning_deletes_old_finished_incidents_with_their_trail_and_keeps_the_rest(
+    store_location: StoreLocation,
+) -> None:
     old, recent = NOW - timedelta(days=100), NOW - timedelta(days=1)
-    with Store(tmp_path / "db.sqlite") as store:
+    with Store(store_location) as store:
         # old and finished; old but still queued; old and running; recent and finished; an old ignored note
         accepted = store.accept([note("old-done", at=old), note("old-queued", at=old), note("old-running", at=old)])
         store.accept([note("old-done", at=old), note("never-open", "resolved", at=old), note("recent", at=recent)])
@@ -124,10 +127,10 @@ def test_pruning_deletes_old_finished_incidents_with_their_trail_and_keeps_the_r
         assert [x.id for x in store.lessons()] == [kept.id]  # lessons always stay
 
 
-def test_a_dead_processs_jobs_go_back_to_the_queue_at_start(tmp_path: Path) -> None:
+def test_a_dead_processs_jobs_go_back_to_the_queue_at_start(store_location: StoreLocation) -> None:
     owner = Owner()
     dead_pid = 2**22 + 17  # above pid_max: no such process
-    with Store(tmp_path / "db.sqlite") as store:
+    with Store(store_location) as store:
         store.accept([note("a"), note("b"), note("c")])
         store.claim_job(owner=f"{owner.host}:{dead_pid}:aaaa", now=1.0, lease_s=1e9, max_attempts=3)
         store.claim_job(owner=f"other-host:{dead_pid}:bbbb", now=1.0, lease_s=1e9, max_attempts=3)
@@ -138,29 +141,32 @@ def test_a_dead_processs_jobs_go_back_to_the_queue_at_start(tmp_path: Path) -> N
     assert not owner.orphaned(str(owner)) and not owner.orphaned("garbage")
 
 
-def test_the_inbox_commits_concurrent_notifications_together(tmp_path: Path) -> None:
+def test_the_inbox_commits_concurrent_notifications_together(
+    store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[int] = []
+    original = ServiceStore.accept
+
+    async def counting(self: ServiceStore, notifications: list[NotificationIn]) -> list[Accepted]:
+        calls.append(len(notifications))
+        return await original(self, notifications)
+
+    monkeypatch.setattr(ServiceStore, "accept", counting)
 
     async def run() -> list[str]:
-        writer = StoreThread(tmp_path / "db.sqlite", name="test-writer")
-        original = Store.accept
-
-        def counting(self: Store, notifications: list[NotificationIn]) -> object:
-            calls.append(len(notifications))
-            return original(self, notifications)
-
-        Store.accept = counting  # type: ignore[method-assign, assignment]
+        store = await ServiceStore.open(store_location)
         try:
-            inbox = Inbox(writer)
+            inbox = Inbox(store)
             results = await asyncio.gather(*(inbox.accept(note(f"g{i % 5}")) for i in range(40)))
         finally:
-            Store.accept = original  # type: ignore[method-assign]
-            writer.close()
+            await store.close()
         return [r.action for r in results]
 
     actions = asyncio.run(run())
     assert actions.count("opened") == 5 and actions.count("updated") == 35
     assert sum(calls) == 40 and len(calls) < 40  # fewer commits than notifications
+    with Store(store_location) as store:
+        assert store.notification_count() == 40 and store.job_counts()["queued"] == 5
 
 
 def incident() -> IncidentRecord:
@@ -247,7 +253,9 @@ def test_charts_mark_baseline_onset_shift_changes_and_escape_text() -> None:
     assert "<active>" not in drawn and "&lt;active&gt;" in drawn and "config &lt;push&gt;" in drawn
 
 
-def test_a_job_whose_worker_keeps_dying_is_failed_after_its_attempts(tmp_path: Path) -> None:
+def test_a_job_whose_worker_keeps_dying_is_failed_after_its_attempts(
+    tmp_path: Path, store_location: StoreLocation
+) -> None:
     from fastapi.testclient import TestClient
 
     from opsagent.service.app import create_app

@@ -9,7 +9,7 @@ exit codes and errors of :mod:`opsagent.cli.common` and the options of :mod:`ops
     doctor, record           opsagent.cli.sources
     alerts                   opsagent.cli.alerts
     prompts                  opsagent.cli.prompts
-    serve                    opsagent.cli.serve
+    serve, worker            opsagent.cli.serve
 
 Exit codes (:class:`opsagent.cli.common.ExitCode`): 0 done with the answer asked for, 1 an internal
 failure, 2 bad input, 3 ran to the end without the answer (an inconclusive investigation, sources

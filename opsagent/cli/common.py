@@ -92,7 +92,7 @@ def store(config: Settings | None = None) -> Iterator[Store]:
     cannot be opened or read, then or in the middle of the command, is a clear error and exit 2."""
     config = config or settings()
     try:
-        with Store(config.database) as opened:
+        with Store(config.store) as opened:
             yield opened
     except StoreError as exc:
         fail(str(exc))

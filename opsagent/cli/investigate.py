@@ -309,7 +309,7 @@ def lessons_or_warn(config: Settings) -> tuple[Store | None, list[Lesson]]:
     damaged header, or damaged pages behind an intact one) is said once, and the run goes on
     without lessons, recording none."""
     try:
-        memory = Store(config.database)
+        memory = Store(config.store)
     except StoreError as exc:
         warn(f"lessons off for this run: {exc}")
         return None, []

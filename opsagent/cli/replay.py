@@ -99,7 +99,7 @@ def replay_cmd(
     board = run(go)
     if learn and memory is not None:
         try:
-            note(f"{len(memory.lessons())} lesson(s) in {memory.path}")
+            note(f"{len(memory.lessons())} lesson(s) in {memory.where}")
         except StoreError as exc:
             warn(str(exc))
     if as_json:

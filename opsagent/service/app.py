@@ -8,6 +8,8 @@
     GET  /healthz, /readyz        alive; ready (the store can be written, the dispatcher runs)
     GET  /metrics                 the service's own Prometheus metrics
 
+A worker process (``opsagent worker``) serves only the last three.
+
 :func:`create_app` wires the parts; each lives in its own module of this package.
 """
 
@@ -23,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import structlog
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -39,10 +41,10 @@ from opsagent.service.notifier import Notifier, sinks_from
 from opsagent.service.pages import incident_page, index_page, not_found_page
 from opsagent.service.payload import WebhookPayload
 from opsagent.service.provider import SourceProvider, provider_for
-from opsagent.service.queue import Dispatcher, Inbox, StoreThread
+from opsagent.service.queue import Dispatcher, Inbox
 from opsagent.service.worker import Runner, WorkerConfig
 from opsagent.settings import Settings, load_settings
-from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, Store, StoreError
+from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, ServiceStore, StoreError
 
 log = structlog.get_logger("opsagent.service")
 
@@ -53,6 +55,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: What a process of the service does (see :func:`create_app`).
+Role = Literal["all", "web", "worker"]
 
 
 # ---------------------------------------------------------------- API shapes
@@ -194,10 +198,9 @@ async def _reply(send: Send, status: int, detail: str, headers: dict[str, str] |
 class Parts:
     settings: Settings
     metrics: ServiceMetrics
-    writer: StoreThread
-    reader: StoreThread
+    store: ServiceStore
     inbox: Inbox
-    dispatcher: Dispatcher
+    dispatcher: Dispatcher | None
     notifier: Notifier | None
 
 
@@ -220,17 +223,28 @@ def create_app(
     metrics: ServiceMetrics | None = None,
     poll_s: float = 2.0,
     log_level: str = "info",
+    role: Role = "all",
 ) -> FastAPI:
     """The service, ready for uvicorn. Raises :class:`~opsagent.errors.ConfigError` when the
-    webhook has no credentials (and is not explicitly open) or the configuration is inconsistent."""
+    webhook has no credentials (and is not explicitly open) or the configuration is inconsistent.
+
+    ``role``: ``all`` accepts, serves pages and runs investigations (``opsagent serve``); ``web``
+    accepts and serves pages, leaving the jobs to workers elsewhere (``serve --no-workers``);
+    ``worker`` runs investigations only, answering health probes and /metrics
+    (``opsagent worker``)."""
     settings = settings or load_settings()
-    credentials = Credentials.from_settings(settings)
+    if role == "worker":  # no webhook here: its credentials, if any, only open /metrics
+        credentials = Credentials(
+            token=settings.webhook_token, username=settings.webhook_username, password=settings.webhook_password
+        )
+    else:
+        credentials = Credentials.from_settings(settings)
     readers = Credentials.readers_from_settings(settings)
     metrics = metrics or ServiceMetrics()
     if provider is None:
         provider = provider_for(settings)
     config = WorkerConfig(
-        database=settings.database,
+        store=settings.store,
         provider=provider,
         lessons_top_k=settings.lessons_top_k,
         lessons_cap=settings.lessons_recent,
@@ -248,44 +262,43 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         nonlocal parts
-        writer = StoreThread(settings.database, name="store-writer")
-        reader = StoreThread(settings.database, name="store-reader")
-        await writer.call(lambda store: store.defer_checkpoints())  # opens and migrates, or fails loudly
+        store = await ServiceStore.open(settings.store)  # connects and migrates, or fails loudly
         sink, owned = notifier, None
-        if sink is None:
-            sink = owned = sinks_from(settings, metrics)
-        notify = _notify_task(sink, reader) if sink is not None else None
-        dispatcher = Dispatcher(
-            writer=writer,
-            runner=Runner(config, workers=settings.workers, kind=runner),
-            metrics=metrics,
-            lease_s=settings.job_lease_s,
-            timeout_s=settings.job_timeout_s,
-            attempts=settings.job_attempts,
-            poll_s=poll_s,
-            on_done=notify,
-            checkpointer=reader,
-            retention_s=settings.retention_days * 86400 or None,
-        )
-        await dispatcher.start()
-        parts = Parts(settings, metrics, writer, reader, Inbox(writer), dispatcher, sink)
+        dispatcher = None
+        if role != "web":
+            if sink is None:
+                sink = owned = sinks_from(settings, metrics)
+            dispatcher = Dispatcher(
+                store=store,
+                runner=Runner(config, workers=settings.workers, kind=runner),
+                metrics=metrics,
+                lease_s=settings.job_lease_s,
+                timeout_s=settings.job_timeout_s,
+                attempts=settings.job_attempts,
+                poll_s=poll_s,
+                on_done=_notify_task(sink, store) if sink is not None else None,
+                retention_s=settings.retention_days * 86400 or None,
+            )
+            await dispatcher.start()
+        parts = Parts(settings, metrics, store, Inbox(store), dispatcher, sink)
         log.info(
             "service.start",
-            workers=settings.workers,
+            role=role,
+            workers=settings.workers if dispatcher is not None else 0,
             provider=provider.name,
             auth=repr(credentials),
             readers=repr(readers),
             notify=sink is not None,
-            database=str(settings.database),
+            store=store.where,
         )
         try:
             yield
         finally:
-            await dispatcher.stop()
+            if dispatcher is not None:
+                await dispatcher.stop()
             if owned is not None:
                 await owned.aclose()
-            writer.close()
-            reader.close()
+            await store.close()
             parts = None
             log.info("service.stop")
 
@@ -327,7 +340,9 @@ def create_app(
         503: {"model": ProblemResponse, "description": "could not be stored; Alertmanager retries"},
     }
 
-    @app.post(
+    web = APIRouter()  # what a worker does not serve
+
+    @web.post(
         "/webhook/alertmanager",
         status_code=202,
         response_model=AcceptedNotification,
@@ -373,7 +388,7 @@ def create_app(
             last_started=starts[-1] if starts else None,
         )
         accepted = await p.inbox.accept(note)
-        if accepted.job_id is not None:
+        if accepted.job_id is not None and p.dispatcher is not None:
             p.dispatcher.wake()
         for alert in payload.alerts:
             metrics.alerts_received.labels(status=alert.status).inc()
@@ -389,7 +404,7 @@ def create_app(
         )
         return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
 
-    @app.get("/incidents", response_model=IncidentList, tags=["incidents"])
+    @web.get("/incidents", response_model=IncidentList, tags=["incidents"])
     async def incidents(
         status: Annotated[Literal["firing", "resolved"] | None, Query(description="the alert group's state")] = None,
         investigation: InvestigationState | None = None,
@@ -398,22 +413,20 @@ def create_app(
         offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     ) -> IncidentList:
         """Incidents, most recent first."""
-        found = await current().reader.call(
-            lambda store: store.incidents(
-                state=status, investigation=investigation, service=service, limit=limit, offset=offset
-            )
+        found = await current().store.incidents(
+            state=status, investigation=investigation, service=service, limit=limit, offset=offset
         )
         return IncidentList(count=len(found), incidents=found)
 
-    @app.get("/incidents/{incident_id}.html", response_class=HTMLResponse, tags=["pages"])
+    @web.get("/incidents/{incident_id}.html", response_class=HTMLResponse, tags=["pages"])
     async def incident_html(incident_id: str) -> HTMLResponse:
         """The report page: root cause, evidence with charts, timeline, what was ruled out, lessons, cost."""
-        incident, report, charts = await current().reader.call(lambda store: _load(store, incident_id))
+        incident, report, charts = await _load(current().store, incident_id)
         if incident is None:
             return HTMLResponse(not_found_page(incident_id), status_code=404)
         return HTMLResponse(incident_page(incident, report, charts))
 
-    @app.get(
+    @web.get(
         "/incidents/{incident_id}",
         response_model=IncidentDetail,
         responses={404: {"model": ProblemResponse}},
@@ -424,19 +437,19 @@ def create_app(
         observations: Annotated[bool, Query(description="include every observation (large)")] = False,
     ) -> Response:
         """The incident and its report (JSON); ``report`` is null until the investigation ends."""
-        incident, report, _ = await current().reader.call(lambda store: _load(store, incident_id, charts=False))
+        incident, report, _ = await _load(current().store, incident_id, charts=False)
         if incident is None:
             return JSONResponse(ProblemResponse(detail=f"no incident {incident_id}").model_dump(), status_code=404)
         body = report.model_dump_json(exclude=None if observations else {"observations"}) if report else "null"
         return Response(f'{{"incident":{incident.model_dump_json()},"report":{body}}}', media_type="application/json")
 
-    @app.get("/", response_class=HTMLResponse, tags=["pages"])
+    @web.get("/", response_class=HTMLResponse, tags=["pages"])
     async def index(
         status: Literal["firing", "resolved"] | None = None,
         service: Annotated[str | None, Query(max_length=256)] = None,
     ) -> HTMLResponse:
         """Recent incidents."""
-        found = await current().reader.call(lambda store: store.incidents(state=status, service=service, limit=100))
+        found = await current().store.incidents(state=status, service=service, limit=100)
         return HTMLResponse(index_page(found, state=status, service=service))
 
     @app.get("/healthz", tags=["health"], openapi_extra={"security": []})
@@ -449,13 +462,13 @@ def create_app(
     @app.get("/readyz", tags=["health"], responses={503: {"model": ProblemResponse}}, openapi_extra={"security": []})
     async def readyz() -> JSONResponse:
         """Ready to accept: a notification could be written now (the accept path is tried and
-        rolled back) and the dispatcher runs."""
+        rolled back) and, where this process runs investigations, the dispatcher runs."""
         p = parts
-        if p is None or not p.dispatcher.alive:
+        if p is None or (p.dispatcher is not None and not p.dispatcher.alive):
             return JSONResponse(ProblemResponse(detail="not ready").model_dump(), status_code=503)
         try:
-            await p.writer.call(lambda store: store.check_writable())
-            counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
+            await p.store.check_writable()
+            counts = await p.store.job_counts(("queued", "running"))
         except StoreError as exc:
             reason = f"the store cannot be written: {exc}"
             if unready != [reason]:
@@ -472,7 +485,7 @@ def create_app(
         """The service's own metrics, Prometheus text format."""
         p = parts
         if p is not None:
-            counts = await p.reader.call(lambda store: store.job_counts(("queued", "running")))
+            counts = await p.store.job_counts(("queued", "running"))
             for state in ("queued", "running"):
                 metrics.queue_depth.labels(state=state).set(counts[state])
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -492,21 +505,20 @@ def create_app(
             app.openapi_schema = schema
         return app.openapi_schema
 
+    if role != "worker":
+        app.include_router(web)
     app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 
-def _load(
-    store: Store, incident_id: str, *, charts: bool = True
+async def _load(
+    store: ServiceStore, incident_id: str, *, charts: bool = True
 ) -> tuple[IncidentRecord | None, Report | None, list[Chart]]:
-    incident = store.incident(incident_id)
-    if incident is None:
-        return None, None, []
-    report = store.report(incident_id) if store.has_report(incident_id) else None
+    incident, report, stored = await store.incident_with_report(incident_id)
     shown: list[Chart] = []
-    if charts:
+    if incident is not None and charts:
         try:
-            shown = [Chart.model_validate(c) for c in _json_list(store.incident_charts(incident_id))]
+            shown = [Chart.model_validate(c) for c in _json_list(stored)]
         except ValidationError as exc:  # a chart is decoration: the report is still served
             log.warning("service.charts_unreadable", incident_id=incident_id, error=str(exc))
     return incident, report, shown
@@ -517,10 +529,10 @@ def _json_list(text: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _notify_task(notifier: Notifier, reader: StoreThread) -> Callable[[IncidentRecord], Awaitable[None]]:
+def _notify_task(notifier: Notifier, store: ServiceStore) -> Callable[[IncidentRecord], Awaitable[None]]:
     async def send(incident: IncidentRecord) -> None:
         try:  # the message shows the report's evidence and next step; without it, the verdict alone
-            report: Report | None = await reader.call(lambda store: store.report(incident.id))
+            report: Report | None = await store.report(incident.id)
         except StoreError:
             report = None
         await notifier.notify(incident, report)

@@ -1,11 +1,13 @@
 """The durable queue, from the service's side: accepting notifications and running their jobs.
 
-Every SQLite call runs on a :class:`StoreThread` (one connection, its own thread), so the event loop
-never waits on the disk. :class:`Inbox` commits the notifications that arrive while a commit is in
-flight together in the next one (group commit): one fsync for many answers, each answered only
-once its notification is on disk. :class:`Dispatcher` leases queued jobs to a :class:`Runner`, at
-most ``workers`` at once, renews the leases while they run, and records how each ended. A job
-whose process was killed is given back to the queue when the service starts again.
+Every store call is awaited on a :class:`~opsagent.store.ServiceStore` (PostgreSQL's async pool, or
+SQLite's connections on threads of their own), so the event loop never waits on the disk.
+:class:`Inbox` commits the notifications that arrive while a commit is in flight together in the
+next one (group commit): one commit for many answers, each answered only once its notification is
+stored. :class:`Dispatcher` leases queued jobs to a :class:`Runner`, at most ``workers`` at once,
+renews the leases while they run (the heartbeat), and records how each ended. A job whose process
+was killed is given back to the queue when a process of the same host starts again, or taken over
+by any replica once its lease has run out.
 """
 
 from __future__ import annotations
@@ -18,21 +20,17 @@ import socket
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
-from typing import TypeVar
 
 import structlog
 
 from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.worker import JobInput, JobOutput, Runner
-from opsagent.store import Accepted, ClaimedJob, IncidentRecord, NotificationIn, Store, StoreError
+from opsagent.store import Accepted, ClaimedJob, IncidentRecord, NotificationIn, ServiceStore, StoreError
 
 log = structlog.get_logger("opsagent.service.queue")
-T = TypeVar("T")
 
 #: Most notifications written in one transaction.
 MAX_BATCH = 256
@@ -40,46 +38,24 @@ MAX_BATCH = 256
 PRUNE_BATCH = 500
 
 
-class StoreThread:
-    """One store connection on a thread of its own; calls run there one at a time, in order."""
-
-    def __init__(self, path: Path, *, name: str) -> None:
-        self.path = path
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
-        self._store: Store | None = None
-
-    def _run(self, fn: Callable[[Store], T]) -> T:
-        if self._store is None:
-            self._store = Store(self.path)
-        return fn(self._store)
-
-    async def call(self, fn: Callable[[Store], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, fn)
-
-    def close(self) -> None:
-        def _close() -> None:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
-
-        self._executor.submit(_close)
-        self._executor.shutdown(wait=True)
-
-
 class Inbox:
     """Accepts notifications with group commit: the first is written at once; those arriving
-    meanwhile are written together next, in arrival order."""
+    meanwhile are written together next, in arrival order. Up to the store's ``concurrent_writes``
+    batches are in flight at once (SQLite: one, its writer; PostgreSQL: two, so that one batch's
+    round trips and commit overlap the next one's)."""
 
-    def __init__(self, writer: StoreThread) -> None:
-        self.writer = writer
+    def __init__(self, store: ServiceStore) -> None:
+        self.store = store
         self._pending: list[tuple[NotificationIn, asyncio.Future[Accepted]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
 
     async def accept(self, notification: NotificationIn) -> Accepted:
         future: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
         self._pending.append((notification, future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
+        if len(self._flushers) < self.store.concurrent_writes:
+            flusher = asyncio.create_task(self._flush())
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:
@@ -87,7 +63,7 @@ class Inbox:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             notes = [n for n, _ in batch]
             try:
-                results = await self.writer.call(partial(Store.accept, notifications=notes))
+                results = await self.store.accept(notes)
             except Exception as exc:  # every waiter hears why its notification was not stored
                 for _, future in batch:
                     if not future.done():
@@ -133,18 +109,13 @@ class Owner:
 Notify = Callable[[IncidentRecord], Awaitable[None]]
 
 
-def _release_all(store: Store, *, job_ids: list[int], owner: str, error: str) -> None:
-    for job_id in job_ids:
-        store.release_job(job_id, owner=owner, error=error, attempt=False)
-
-
 class Dispatcher:
     """Leases queued jobs to the runner and records how each ended."""
 
     def __init__(
         self,
         *,
-        writer: StoreThread,
+        store: ServiceStore,
         runner: Runner,
         metrics: ServiceMetrics,
         lease_s: float = 30.0,
@@ -152,12 +123,10 @@ class Dispatcher:
         attempts: int = 3,
         poll_s: float = 2.0,
         on_done: Notify | None = None,
-        checkpointer: StoreThread | None = None,
-        checkpoint_s: float = 5.0,
         retention_s: float | None = None,
         prune_every_s: float = 3600.0,
     ) -> None:
-        self.writer = writer
+        self.store = store
         self.runner = runner
         self.metrics = metrics
         self.lease_s = lease_s
@@ -165,8 +134,6 @@ class Dispatcher:
         self.attempts = attempts
         self.poll_s = poll_s
         self.on_done = on_done
-        self.checkpointer = checkpointer
-        self.checkpoint_s = checkpoint_s
         self.retention_s = retention_s
         self.prune_every_s = prune_every_s
         self.owner = Owner()
@@ -196,7 +163,7 @@ class Dispatcher:
 
     async def start(self) -> None:
         try:  # a damaged store must not stop the service: readiness says so, leases still run out
-            requeued = await self.writer.call(lambda store: store.requeue_orphans(self.owner.orphaned))
+            requeued = await self.store.requeue_orphans(self.owner.orphaned)
         except StoreError as exc:
             self._trouble("queue.resume_failed", exc)
         else:
@@ -204,8 +171,7 @@ class Dispatcher:
                 log.info("queue.resumed", jobs=requeued)
         self._main = asyncio.create_task(self._loop(), name="dispatcher")
         self._spawn(self._renew())
-        if self.checkpointer is not None:
-            self._spawn(self._checkpoint(self.checkpointer))
+        self._spawn(self.store.listen(self.wake))  # jobs queued by other replicas start at once
         if self.retention_s:
             self._spawn(self._prune(self.retention_s))
         self.started = True
@@ -220,9 +186,8 @@ class Dispatcher:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.runner.close(busy=bool(held))
         if held:
-            release = partial(_release_all, job_ids=held, owner=str(self.owner), error="the service stopped")
             try:
-                await self.writer.call(release)
+                await self.store.release_jobs(held, owner=str(self.owner), error="the service stopped")
             except StoreError as exc:
                 log.warning("queue.release_failed", jobs=held, error=str(exc))
             log.info("queue.released", jobs=held)
@@ -237,7 +202,7 @@ class Dispatcher:
             self._wake.clear()
             try:
                 while len(self._running) < self.runner.workers:
-                    job = await self.writer.call(self._claim)
+                    job = await self._claim()
                     if job is None:
                         break
                     task = asyncio.create_task(self._execute(job), name=f"job-{job.id}")
@@ -253,32 +218,20 @@ class Dispatcher:
         self._running.pop(job_id, None)
         self._wake.set()
 
-    def _claim(self, store: Store) -> ClaimedJob | None:
-        return store.claim_job(owner=str(self.owner), now=time.time(), lease_s=self.lease_s, max_attempts=self.attempts)
+    async def _claim(self) -> ClaimedJob | None:
+        return await self.store.claim_job(
+            owner=str(self.owner), now=time.time(), lease_s=self.lease_s, max_attempts=self.attempts
+        )
 
     async def _renew(self) -> None:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             held = list(self._running)
             if held:
-                renew = partial(
-                    Store.renew_leases, job_ids=held, owner=str(self.owner), until=time.time() + self.lease_s
-                )
                 try:
-                    await self.writer.call(renew)
+                    await self.store.renew_leases(held, owner=str(self.owner), until=time.time() + self.lease_s)
                 except StoreError as exc:
                     log.warning("queue.renew_failed", jobs=held, error=str(exc))
-
-    async def _checkpoint(self, on: StoreThread) -> None:
-        """Copies the WAL into the database file every few seconds, on another connection than
-        the one accepting notifications (whose commits would otherwise do it, now and then slowly)."""
-        while True:
-            await asyncio.sleep(self.checkpoint_s)
-            try:
-                await on.call(lambda store: store.checkpoint())
-                self._fine("store.checkpoint_failed")
-            except StoreError as exc:
-                self._trouble("store.checkpoint_failed", exc)
 
     async def _prune(self, retention_s: float) -> None:
         """Deletes incidents untouched for ``retention_s`` (with their notifications, job and report)
@@ -287,7 +240,7 @@ class Dispatcher:
             before = datetime.now(UTC) - timedelta(seconds=retention_s)
             removed = 0
             try:
-                while (batch := await self.writer.call(partial(Store.prune, before=before, batch=PRUNE_BATCH))) > 0:
+                while (batch := await self.store.prune(before=before, batch=PRUNE_BATCH)) > 0:
                     removed += batch
                     if batch < PRUNE_BATCH:
                         break
@@ -312,7 +265,7 @@ class Dispatcher:
             output: JobOutput = await asyncio.wait_for(run, timeout=self.timeout_s)
         except BrokenProcessPool:  # a worker died under it: the job goes back to the queue
             log.warning("job.worker_died", job_id=job.id, incident_id=job.incident_id)
-            await self.writer.call(partial(Store.release_job, job_id=job.id, owner=owner, error="the worker died"))
+            await self.store.release_job(job.id, owner=owner, error="the worker died")
             return
         except TimeoutError:
             log.error("job.timeout", job_id=job.id, incident_id=job.incident_id, timeout_s=self.timeout_s)
@@ -330,15 +283,9 @@ class Dispatcher:
             await self._fail(job, f"{type(exc).__name__}: {exc}", started)
             return
         elapsed = time.perf_counter() - started
-        finish = partial(
-            Store.finish_job,
-            job_id=job.id,
-            owner=owner,
-            now=datetime.now(UTC),
-            outcome=output.outcome,
-            report=output.report,
+        record = await self.store.finish_job(
+            job.id, owner=owner, now=datetime.now(UTC), outcome=output.outcome, report=output.report
         )
-        record = await self.writer.call(finish)
         self.metrics.investigations.labels(outcome=output.outcome.outcome).inc()
         self.metrics.duration.observe(elapsed)
         for source in output.source_errors:
@@ -356,6 +303,6 @@ class Dispatcher:
 
     async def _fail(self, job: ClaimedJob, error: str, started: float) -> None:
         owner = str(self.owner)
-        await self.writer.call(lambda store: store.finish_job(job.id, owner=owner, now=datetime.now(UTC), error=error))
+        await self.store.finish_job(job.id, owner=owner, now=datetime.now(UTC), error=error)
         self.metrics.investigations.labels(outcome="failed").inc()
         self.metrics.duration.observe(time.perf_counter() - started)

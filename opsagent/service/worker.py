@@ -2,13 +2,15 @@
 
 A :class:`Runner` runs jobs in worker processes (the default: an investigation is CPU work and must
 not slow the webhook's answers) or threads (tests), passing picklable values only. A :class:`Worker`
-opens its own store connection: the report and the lessons it teaches are written there, the job's
-bookkeeping by the service.
+opens its own store connection, to read the lessons the investigation uses (whichever replica
+learnt them: the store is shared); the report and the lessons it teaches come back to the
+dispatcher, which stores them with the job's end in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -35,14 +37,14 @@ from opsagent.service.charts import Chart, collect
 from opsagent.service.payload import WebhookPayload
 from opsagent.service.provider import Plan, SourceProvider
 from opsagent.sources import Sources
-from opsagent.store import FinishedReport, JobOutcome, Store, StoreError
+from opsagent.store import FinishedReport, JobOutcome, Store, StoreError, StoreLocation
 
 log = structlog.get_logger("opsagent.service.worker")
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    database: Path
+    store: StoreLocation
     provider: SourceProvider
     playbooks: Path | None = None
     strategy: str = "hybrid"
@@ -77,9 +79,16 @@ class Worker:
     def store(self) -> Store:
         store: Store | None = getattr(self._local, "store", None)
         if store is None:
-            store = Store(self.config.database)
+            store = Store(self.config.store)
             self._local.store = store
         return store
+
+    def _forget_store(self) -> None:
+        store: Store | None = getattr(self._local, "store", None)
+        self._local.store = None
+        if store is not None:
+            with contextlib.suppress(Exception):  # it failed already; closing it is a courtesy
+                store.close()
 
     def plan(self, payload: WebhookPayload) -> Plan | None:
         for candidate in payload.candidates():
@@ -98,6 +107,7 @@ class Worker:
         except StoreError as exc:
             log.warning("worker.lessons_unreadable", incident_id=job.incident_id, error=str(exc))
             lessons = []
+            self._forget_store()  # the next job connects again (a restarted server, a lost connection)
         started = time.perf_counter()
         report, charts = asyncio.run(_investigate(self, job, payload, plan, lessons))
         wall_ms = round((time.perf_counter() - started) * 1000, 1)
@@ -133,11 +143,15 @@ def _watch_parent(parent_pid: int) -> None:
 
 def _init_process(config: WorkerConfig, parent_pid: int) -> None:
     global _process_worker
+    if config.niceness:  # investigations yield the CPU to the webhook's answers (first: loading them does too)
+        os.nice(config.niceness)
     configure(level=config.log_level, json=True)
     _process_worker = Worker(config)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
-    if config.niceness:
-        os.nice(config.niceness)  # investigations yield the CPU to the webhook's answers
+
+
+def _started() -> None:
+    """Nothing: submitted once per worker process so that the pool starts them all."""
 
 
 def _run_in_process(job: JobInput) -> JobOutput:
@@ -159,12 +173,15 @@ class Runner:
     def _make(self) -> Executor:
         if self.kind == "thread":
             return ThreadPoolExecutor(self.workers, thread_name_prefix="investigation")
-        return ProcessPoolExecutor(
+        pool = ProcessPoolExecutor(
             self.workers,
             mp_context=get_context("spawn"),
             initializer=_init_process,
             initargs=(self.config, os.getpid()),
         )
+        for _ in range(self.workers):  # started now, not by the first alert (a second of imports each)
+            pool.submit(_started)
+        return pool
 
     async def run(self, job: JobInput) -> JobOutput:
         """The job's output. Raises ``BrokenProcessPool`` when a worker died under it (the pool is

@@ -213,9 +213,7 @@ class Chains:
         verdict = chain.result.verdict
         if verdict.status == "inconclusive":
             verdict = verdict.model_copy(update={"reason": stop})
-        chain.result = chain.result.model_copy(
-            update={"stop_reason": reason, "stop_detail": stop, "verdict": verdict}
-        )
+        chain.result = chain.result.model_copy(update={"stop_reason": reason, "stop_detail": stop, "verdict": verdict})
         chain.stopped = True
 
     async def stop_all(self, why: str) -> None:
