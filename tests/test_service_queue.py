@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from opsagent.models import TimeRange
 from opsagent.service.charts import Chart, Marker, svg
 from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import SlackNotifier
-from opsagent.service.queue import Inbox, Owner
+from opsagent.service.queue import Inbox, Owner, settle
 from opsagent.store import Accepted, IncidentRecord, JobOutcome, NotificationIn, ServiceStore, Store, StoreLocation
 from tests.test_lessons import lesson
 
@@ -273,3 +274,30 @@ def test_a_job_whose_worker_keeps_dying_is_failed_after_its_attempts(
         assert "gave up after 2 attempt(s)" in str(incident["error"])
         assert client.get("/readyz").status_code == 200  # the service itself carries on
         assert 'opsagent_investigations_total{outcome="failed"}' in client.get("/metrics").text
+
+
+def test_stopping_does_not_wait_forever_for_a_task_that_ignores_its_cancellation() -> None:
+    async def go() -> tuple[float, bool]:
+        release = asyncio.Event()
+
+        async def stubborn() -> None:
+            while not release.is_set():
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    continue  # swallows every cancellation, as a buggy job might
+
+        task = asyncio.create_task(stubborn(), name="stubborn")
+        await asyncio.sleep(0)
+        task.cancel()
+        started = time.perf_counter()
+        await settle([task], timeout_s=0.3)
+        waited = time.perf_counter() - started
+        still_running = not task.done()
+        release.set()
+        task.cancel()
+        await asyncio.wait([task], timeout=1)
+        return waited, still_running
+
+    waited, still_running = asyncio.run(go())
+    assert still_running and 0.25 <= waited < 2.0

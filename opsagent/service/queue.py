@@ -36,6 +36,20 @@ log = structlog.get_logger("opsagent.service.queue")
 MAX_BATCH = 256
 #: Most incidents pruned in one transaction.
 PRUNE_BATCH = 500
+#: How long stopping waits for its cancelled tasks: a task that does not end by then is logged and
+#: left behind (its job goes back to the queue all the same), so a stop never hangs the process.
+STOP_WAIT_S = 10.0
+
+
+async def settle(tasks: list[asyncio.Task[None]], *, timeout_s: float = STOP_WAIT_S) -> None:
+    """Wait for cancelled ``tasks`` to end, at most ``timeout_s``; those still running are logged
+    with where they are stuck."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        where = "; ".join(f"{f.f_code.co_filename}:{f.f_lineno}" for f in task.get_stack(limit=3))
+        log.warning("queue.stop_stuck", task=task.get_name(), waited_s=timeout_s, at=where)
 
 
 class Inbox:
@@ -183,7 +197,7 @@ class Dispatcher:
         tasks = [t for t in (self._main, *self._running.values(), *self._background) if t is not None]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await settle(tasks)
         self.runner.close(busy=bool(held))
         if held:
             try:

@@ -109,8 +109,7 @@ class ThreadedSqlite:
     async def close(self) -> None:
         if self._checkpoints is not None:
             self._checkpoints.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checkpoints
+            await asyncio.wait([self._checkpoints], timeout=10)  # a checkpoint under way ends first
         self._writer.close()
         self._reader.close()
 
