@@ -13,7 +13,6 @@ Two backends behind one :class:`ServiceStore`:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
