@@ -365,3 +365,11 @@ def test_reflexion_is_react_when_the_first_attempt_proves_a_cause() -> None:
     report, _ = investigate(ORDER_INCIDENT, "reflexion")
     assert react.status == "confirmed"
     assert report.model_dump(exclude={"strategy", "cost"}) == react.model_dump(exclude={"strategy", "cost"})
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_strategy_draws_its_search_tree_with_every_hypothesis_it_verified(name: str) -> None:
+    report, _ = investigate(ORDER_INCIDENT, name)
+    assert report.search is not None and report.search.rounds, "the live view and the report show the proposals"
+    in_tree = {n.hypothesis_id for n in report.search.nodes() if n.verified}
+    assert {r.hypothesis.id for r in report.results if r.steps} <= in_tree

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from opsagent.fixtures import Edge
 from opsagent.lessons import Retrieved, relevance, trigger_present
-from opsagent.loop import Meter
+from opsagent.loop import Meter, Proposed
 from opsagent.models import Hypothesis, Incident, Lesson
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -173,6 +173,8 @@ class LanguageAgentTreeSearch(Strategy):
                 nonlocal best
                 candidates = await propose(reasoner, incident, found, k=n, lessons=lessons(), exclude=tried)
                 ranked = reasoner.rank(incident, candidates, found, lessons()) if candidates else []
+                if ranked:
+                    meter.notify(Proposed(hypotheses=ranked))  # a round of the search tree
                 if not heads:
                     best = max((h.score for h in ranked), default=0.0) or 1.0
                 for h in ranked:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pydantic import Field
 
 from opsagent.fixtures import Edge
-from opsagent.loop import Meter
+from opsagent.loop import Meter, Proposed
 from opsagent.models import Hypothesis, HypothesisResult, Incident, PlanItem, PlanRevision
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -143,6 +143,8 @@ class PlanAndExecute(Strategy):
             async def candidates() -> list[Chain]:
                 new = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=tried)
                 ranked = reasoner.rank(incident, new, found, lessons) if new else []
+                if ranked:
+                    meter.notify(Proposed(hypotheses=ranked))  # a round of the search tree
                 tried.update(h.id for h in ranked)
                 proposed.extend(ranked)
                 scale = relative(proposed)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from opsagent.fixtures import Edge
-from opsagent.loop import Meter
+from opsagent.loop import Meter, Proposed
 from opsagent.models import Hypothesis, Incident
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -81,6 +81,8 @@ class TreeOfThoughts(Strategy):
             async def generate(k: int) -> list[Chain]:
                 candidates = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=tried)
                 ranked = reasoner.rank(incident, candidates, found, lessons) if candidates else []
+                if ranked:
+                    meter.notify(Proposed(hypotheses=ranked))  # a round of the search tree
                 tried.update(h.id for h in ranked)
                 proposed.extend(ranked)
                 return [await chains.open(h) for h in ranked]
