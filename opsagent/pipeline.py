@@ -248,8 +248,9 @@ def conclude(
         outcome.results,
     )
     named = named_change(top, in_flight)
-    if named is not None:
-        statement = f"{change_sentence(named)}. {statement}"
+    sentence = change_sentence(named) if named is not None else None
+    if sentence is not None:
+        statement = f"{sentence}. {statement}"
     cost = Cost(
         steps=meter.steps,
         tool_calls=toolbox.calls,
@@ -406,9 +407,10 @@ def named_change(top: Suspect | None, changes: list[ChangeSuspect]) -> ChangeSus
     return next((c for c in changes if c.service == top.component and c.status in ("confirmed", "probable")), None)
 
 
-def change_sentence(c: ChangeSuspect) -> str:
+def change_sentence(c: ChangeSuspect) -> str | None:
     """The change in one sentence: what its new version's pods do that its old version's do not,
-    since which step, and its id."""
+    since which step, and its id; None for a change with no versions to tell apart (a config push,
+    a flag), whose evidence already says what it changed."""
     old, new = c.from_version or "the old version", c.to_version or "the new version"
     cmp = c.comparison
     if c.verdict == "worse" and cmp is not None:
@@ -420,8 +422,10 @@ def change_sentence(c: ChangeSuspect) -> str:
         )
     elif c.verdict == "unseen":
         figure = f"{c.service} {new} pods report nothing while its {old} pods serve"
-    else:
+    elif c.from_version or c.to_version:
         figure = f"{c.kind} of {c.service} {old} -> {new}"
+    else:
+        return None
     if c.step is None or c.step_at is None:
         when = "(it moved only after onset)"
     elif c.step == 0:

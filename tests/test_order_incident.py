@@ -14,6 +14,8 @@ def test_hybrid_concludes_the_config_change_and_refutes_the_db_pool() -> None:
     assert (report.root_cause.component, report.root_cause.kind) == ("order-service", "config_change")
     changes = [e for e in report.evidence if e.source.value == "changes"]
     assert changes and "core-pool-size" in changes[0].statement and "32" in changes[0].statement
+    # a config push has no versions: the verdict says what it changed, not "the old version -> the new"
+    assert report.statement.startswith("A configuration change to order-service") and "version" not in report.statement
     refuted = {r.hypothesis.kind: r for r in report.refuted}
     db = refuted["db_pool_exhaustion"]
     assert "db_connections_used" in db.verdict.refuting[0].statement
