@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
 from opsagent.lessons import Retrieved
-from opsagent.loop import Meter
+from opsagent.loop import Meter, Proposed
 from opsagent.models import (
     CHANGE_KINDS,
     Hypothesis,
@@ -71,6 +71,26 @@ async def propose(
     if isinstance(reasoner, AsyncReasoner):
         return await reasoner.apropose(incident, found, k=k, lessons=lessons, exclude=exclude)
     return reasoner.propose(incident, found, k=k, lessons=lessons, exclude=exclude)
+
+
+async def proposal_round(
+    reasoner: Reasoner,
+    incident: Incident,
+    found: Triage,
+    meter: Meter,
+    *,
+    k: int,
+    lessons: Sequence[Retrieved],
+    exclude: set[str],
+) -> list[Hypothesis]:
+    """A round of the search: ``k`` new hypotheses, ranked, and told to the views (a round of the
+    search tree); empty when the reasoner has nothing new to propose."""
+    candidates = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=exclude)
+    if not candidates:
+        return []
+    ranked = reasoner.rank(incident, candidates, found, lessons)
+    meter.notify(Proposed(hypotheses=ranked))
+    return ranked
 
 
 async def reflect(

@@ -7,7 +7,7 @@ import asyncio
 
 from opsagent import ranking
 from opsagent.fixtures import Edge
-from opsagent.loop import Beam, Meter, Proposed, verify
+from opsagent.loop import Beam, Meter, verify
 from opsagent.models import Hypothesis, HypothesisResult, Incident, StopReason
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -16,7 +16,7 @@ from opsagent.strategies.base import (
     Strategy,
     below_proven,
     no_lessons,
-    propose,
+    proposal_round,
     proven,
     triaged,
 )
@@ -44,11 +44,9 @@ class Hybrid(Strategy):
         proposed: list[Hypothesis] = []
         results: list[HypothesisResult] = []
         while not _spent(meter, results):
-            candidates = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=tried)
-            if not candidates:
+            queue = await proposal_round(reasoner, incident, found, meter, k=k, lessons=lessons, exclude=tried)
+            if not queue:
                 break
-            queue = reasoner.rank(incident, candidates, found, lessons)
-            meter.notify(Proposed(hypotheses=queue))
             proposed.extend(queue)
             tried.update(h.id for h in queue)
             best = max(h.score for h in queue)

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from opsagent.fixtures import Edge
 from opsagent.lessons import Retrieved, relevance, trigger_present
-from opsagent.loop import Meter, Proposed
+from opsagent.loop import Meter
 from opsagent.models import Hypothesis, Incident, Lesson
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -34,7 +34,7 @@ from opsagent.strategies.base import (
     Strategy,
     investigation_spent,
     no_lessons,
-    propose,
+    proposal_round,
     reflect,
     settled,
     triaged,
@@ -171,10 +171,7 @@ class LanguageAgentTreeSearch(Strategy):
                 """The reasoner proposes ``n`` hypotheses, with what this search has learned; each becomes a
                 child of the root and is evaluated on its first check."""
                 nonlocal best
-                candidates = await propose(reasoner, incident, found, k=n, lessons=lessons(), exclude=tried)
-                ranked = reasoner.rank(incident, candidates, found, lessons()) if candidates else []
-                if ranked:
-                    meter.notify(Proposed(hypotheses=ranked))  # a round of the search tree
+                ranked = await proposal_round(reasoner, incident, found, meter, k=n, lessons=lessons(), exclude=tried)
                 if not heads:
                     best = max((h.score for h in ranked), default=0.0) or 1.0
                 for h in ranked:

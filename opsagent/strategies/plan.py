@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pydantic import Field
 
 from opsagent.fixtures import Edge
-from opsagent.loop import Meter, Proposed
+from opsagent.loop import Meter
 from opsagent.models import Hypothesis, HypothesisResult, Incident, PlanItem, PlanRevision
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -35,7 +35,7 @@ from opsagent.strategies.base import (
     below_proven,
     investigation_spent,
     no_lessons,
-    propose,
+    proposal_round,
     proven,
     relative,
     triaged,
@@ -141,10 +141,7 @@ class PlanAndExecute(Strategy):
         ) as chains:
 
             async def candidates() -> list[Chain]:
-                new = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=tried)
-                ranked = reasoner.rank(incident, new, found, lessons) if new else []
-                if ranked:
-                    meter.notify(Proposed(hypotheses=ranked))  # a round of the search tree
+                ranked = await proposal_round(reasoner, incident, found, meter, k=k, lessons=lessons, exclude=tried)
                 tried.update(h.id for h in ranked)
                 proposed.extend(ranked)
                 scale = relative(proposed)

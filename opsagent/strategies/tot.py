@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from opsagent.fixtures import Edge
-from opsagent.loop import Meter, Proposed
+from opsagent.loop import Meter
 from opsagent.models import Hypothesis, Incident
 from opsagent.reasoner import Reasoner
 from opsagent.strategies.base import (
@@ -27,7 +27,7 @@ from opsagent.strategies.base import (
     Strategy,
     investigation_spent,
     no_lessons,
-    propose,
+    proposal_round,
     triaged,
 )
 from opsagent.strategies.chains import Chain, Chains
@@ -79,10 +79,7 @@ class TreeOfThoughts(Strategy):
         ) as chains:
 
             async def generate(k: int) -> list[Chain]:
-                candidates = await propose(reasoner, incident, found, k=k, lessons=lessons, exclude=tried)
-                ranked = reasoner.rank(incident, candidates, found, lessons) if candidates else []
-                if ranked:
-                    meter.notify(Proposed(hypotheses=ranked))  # a round of the search tree
+                ranked = await proposal_round(reasoner, incident, found, meter, k=k, lessons=lessons, exclude=tried)
                 tried.update(h.id for h in ranked)
                 proposed.extend(ranked)
                 return [await chains.open(h) for h in ranked]
