@@ -46,7 +46,10 @@ async def settle(tasks: list[asyncio.Task[None]], *, timeout_s: float = STOP_WAI
     with where they are stuck."""
     if not tasks:
         return
-    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in done:  # an exception a task ended with is taken here, as gather would, not left unretrieved
+        if not task.cancelled():
+            task.exception()
     for task in pending:
         where = "; ".join(f"{f.f_code.co_filename}:{f.f_lineno}" for f in task.get_stack(limit=3))
         log.warning("queue.stop_stuck", task=task.get_name(), waited_s=timeout_s, at=where)
