@@ -11,7 +11,7 @@ printed whole on a line of its own, since a URL cut in two opens nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -371,7 +371,7 @@ def renderables(report: Report) -> list[RenderableType]:
             body.append(_indented(lesson_written(le)))
     if report.plan:
         body.append(_section("Plan"))
-        body.extend(_indented("  " * depth + text) for depth, text in plan_outline(report))
+        body.extend(Padding(Text(line), (0, 0, 0, 2 + 2 * depth)) for depth, line in plan_outline(report))
     if report.next_steps:
         body.append(_section("Next steps"))
         steps = Table.grid(padding=(0, 1, 0, 0))
@@ -414,17 +414,27 @@ def change_rows(report: Report) -> list[tuple[str, ...]]:
     ]
 
 
-def plan_outline(report: Report) -> list[tuple[int, str]]:
-    """The plan (strategy ``plan``) and every re-plan as (depth, line); nothing for other strategies."""
+def _same(text: str) -> str:
+    return text
+
+
+def plan_outline(
+    report: Report, *, text: Callable[[str], str] = _same, code: Callable[[str], str] = _same
+) -> list[tuple[int, str]]:
+    """The plan (strategy ``plan``) and every re-plan as (depth, line); nothing for other strategies.
+    A view passes how it writes prose (``text``: escaped) and names (``code``: the objective, a cited
+    observation, a call)."""
     if not report.plan:
         return []
-    out = [(0, f"objective {report.plan[0].objective} (the incident; the same in every revision)")]
+    same = text("(the incident; the same in every revision)")
+    out = [(0, f"{text('objective')} {code(report.plan[0].objective)} {same}")]
     for rev in report.plan:
-        cited = f" ({rev.observation_id})" if rev.observation_id else ""
-        out.append((0, f"{rev.index}. {rev.reason}{cited}"))
-        out += [(1, f"out: {d}") for d in rev.dropped] + [(1, f"in: {a}") for a in rev.added]
+        cited = f" ({code(rev.observation_id)})" if rev.observation_id else ""
+        out.append((0, f"{rev.index}. {text(rev.reason)}{cited}"))
+        out += [(1, text(f"out: {d}")) for d in rev.dropped] + [(1, text(f"in: {a}")) for a in rev.added]
         out += [
-            (1, f"{i.kind} on {i.component}: next {i.next_call or 'none'}, {i.steps_taken} checked") for i in rev.items
+            (1, f"{text(f'{i.kind} on {i.component}: next')} {code(i.next_call or 'none')}, {i.steps_taken} checked")
+            for i in rev.items
         ]
     return out
 
@@ -530,7 +540,8 @@ def to_markdown(report: Report) -> str:
         lines += ["## Lessons written", ""] + [f"- {_md(lesson_written(le))}" for le in report.lessons] + [""]
     if report.plan:
         lines += ["## Plan", ""]
-        lines += [("   - " if depth else "") + _md(text) for depth, text in plan_outline(report)]
+        outline_md = plan_outline(report, text=_md, code=lambda name: f"`{name}`")
+        lines += [("   - " if depth else "") + line for depth, line in outline_md]
         lines.append("")
     if report.next_steps:
         lines += ["## Next steps", ""] + [f"- {_md(s)}" for s in report.next_steps] + [""]

@@ -129,3 +129,8 @@ def test_the_views_show_the_changes_in_flight_and_their_ids_as_text(
     render(report, console)
     shown = console.export_text()
     assert "Changes in flight" in shown and "[roll-cart-630]" in shown  # an id in brackets is not markup
+    from tests.test_report_rendering import _page
+
+    page = _page(report)
+    assert "<h2>Changes in flight</h2>" in page
+    assert "<td>roll-cart-630</td><td>cart-service</td><td>6.2.0 -&gt; 6.3.0</td><td>worse</td>" in page

@@ -223,6 +223,8 @@ def test_plan_re_plans_when_an_observation_contradicts_it_and_the_report_has_eve
     assert plan[-1].reason.startswith("the objective is answered")
     markdown = to_markdown(report)
     assert "## Plan" in markdown and replan.reason in markdown and f"`{replan.observation_id}`" in markdown
+    plan_section = markdown[markdown.index("## Plan") :]
+    assert f"{replan.index}. {replan.reason} (`{replan.observation_id}`)" in plan_section  # the cited id as code
     assert (report.root_cause.component, report.root_cause.kind) == ("order-service", "config_change")  # type: ignore[union-attr]
 
 

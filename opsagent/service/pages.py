@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from opsagent.models import Evidence, Report, SearchTree
 from opsagent.report import (
+    change_rows,
     clock_on,
     cost_line,
     feedback_commands,
@@ -19,6 +20,7 @@ from opsagent.report import (
     model_summary,
     other_results,
     outline,
+    plan_outline,
     tree_summary,
     when,
 )
@@ -220,6 +222,12 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
     )
     parts.append("</table>")
 
+    if report.changes:
+        heads = ("#", "change", "service", "versions", "new version", "score", "why")
+        parts.append("<h2>Changes in flight</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>")
+        parts.extend("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>" for cells in change_rows(report))
+        parts.append("</table>")
+
     parts.append("<h2>Lessons</h2>")
     if report.lessons_used:
         parts.append("<p><b>Used</b></p><ul>")
@@ -239,6 +247,11 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
     if report.unreadable_sources:
         parts.append("<h2>Sources that could not be read</h2><ul>")
         parts.extend(f"<li>{e(k)}: {e(v)}</li>" for k, v in report.unreadable_sources.items())
+        parts.append("</ul>")
+    if report.plan:
+        parts.append("<h2>Plan</h2><ul class='plan'>")
+        outline_html = plan_outline(report, text=e, code=lambda name: f"<code>{e(name)}</code>")
+        parts.extend(f"<li class='depth-{depth}'>{line}</li>" for depth, line in outline_html)
         parts.append("</ul>")
     if report.next_steps:
         parts.append("<h2>Next steps</h2><ul>" + "".join(f"<li>{e(s)}</li>" for s in report.next_steps) + "</ul>")
