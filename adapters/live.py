@@ -19,6 +19,7 @@ import structlog
 from adapters.protocols import ChangesReader, KubernetesReader, LogsReader, MetricsReader, TracesReader
 from adapters.readers import LogBatch, LogCounts, LogQuery
 from opsagent.analysis.changes import change_records, changes_range
+from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
     SERVICE_LABELS,
@@ -255,7 +256,8 @@ class LiveTraces:
             self.reader.spans(services=wanted, start=incident.onset, end=incident.window.end),
         )
         spans = unique_spans([*base, *win])
-        return trace_summary(span_times(spans), edges, incident=incident, service=service)
+        data = trace_summary(span_times(spans), edges, incident=incident, service=service)
+        return data.model_copy(update={"call_gaps": call_gaps(spans, incident=incident, service=service)})
 
 
 def unique_spans(spans: Sequence[Span]) -> list[Span]:

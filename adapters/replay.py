@@ -14,6 +14,7 @@ from typing import Literal
 
 from adapters.kubesource import replay_kubernetes
 from opsagent.analysis.changes import change_records
+from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
     SERVICE_LABELS,
@@ -200,4 +201,6 @@ class ReplayTraces:
         return self._edges
 
     async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
-        return trace_summary(self._spans, self._edges, incident=incident, service=service)
+        data = trace_summary(self._spans, self._edges, incident=incident, service=service)
+        gaps = call_gaps(self.recording.traces, incident=incident, service=service)
+        return data.model_copy(update={"call_gaps": gaps})

@@ -22,6 +22,9 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
   dependency's or resource's failure (errors of the component's own making);
 * ``kube:oom_killed|crash_loop|image_pull|unschedulable|probe_failed|node_pressure`` what the
   Kubernetes API says of the component's pods, their events and nodes;
+* ``mech:capacity:<signal>`` newly used share of a known limit, ``mech:calls_in`` calls into the
+  component slowed between the ends: fault mechanisms judged against the incident's other components
+  (:mod:`opsagent.mechanisms`);
 * ``caller:<feature>`` what the component's callers show.
 """
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from opsagent import kubestate, ranking
+from opsagent import kubestate, mechanisms, ranking
 from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import links_of, metric_of, slow_paths
 from opsagent.fixtures import Edge
@@ -281,6 +284,25 @@ def _version_features(profile: Profile, obs: Observation, data: VersionsData, in
         outcome = evaluate(exp, obs, ctx)
         if outcome.met:
             profile.add(feature, weight, obs, outcome.value)
+
+
+def add_mechanism_features(profiles: dict[str, Profile], observations: list[Observation]) -> None:
+    """``mech:<detector>`` features: each fault mechanism's evidence, weighed by how surprising it is
+    against the other components of the same incident (:mod:`opsagent.mechanisms`)."""
+    if not ranking.on("mechanisms"):
+        return
+    by_id = {o.id: o for o in observations}
+    found: dict[str, dict[str, mechanisms.Finding]] = defaultdict(dict)
+    for f in mechanisms.findings(observations):
+        weight = mechanisms.mechanism_weight(f.surprise)
+        if weight > 0:
+            found[f.component][f.feature] = f
+    for component, per in sorted(found.items()):
+        kept = mechanisms.explained_within({k: v.surprise for k, v in per.items()})
+        for feature in sorted(kept):
+            f = per[feature]
+            why = f"{f.why}; x{f.surprise:.0f} the spread of the other components"
+            profiles[component].add(feature, mechanisms.mechanism_weight(f.surprise), by_id[f.observation], why)
 
 
 def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None:

@@ -352,6 +352,23 @@ class OperationStats(Frozen):
     count: int
 
 
+class CallGap(Frozen):
+    """The time a call spends between the two ends of an edge: the caller's client span less the
+    callee's server span (the wire, queues in front of the callee's handler), before and after onset."""
+
+    caller: str
+    callee: str
+    calls_baseline: int
+    calls_window: int
+    gap_ms_baseline: float = Field(description="median gap of the calls before onset")
+    gap_ms_window: float = Field(description="median gap of the calls after onset")
+    spread_ms_baseline: float = Field(description="how much the gap varies before onset (scaled MAD)")
+
+    @property
+    def shift_ms(self) -> float:
+        return self.gap_ms_window - self.gap_ms_baseline
+
+
 class TracesData(Frozen):
     type: Literal["traces"] = "traces"
     services: list[ServiceSpanStats]
@@ -362,6 +379,9 @@ class TracesData(Frozen):
     )
     callers: list[str] = Field(default_factory=list, description="callers of the service asked about")
     callees: list[str] = Field(default_factory=list, description="callees of the service asked about")
+    call_gaps: list[CallGap] = Field(
+        default_factory=list, description="per call edge: the time between the caller's and the callee's spans"
+    )
 
 
 class ContainerState(Frozen):

@@ -26,8 +26,10 @@ from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import SLOW_LINKS_SHARE, Links, links_of
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
+from opsagent.mechanisms import CALLS_IN
 from opsagent.models import (
     ArgValue,
+    CallGap,
     ChangeRecord,
     ChangesData,
     FaultKind,
@@ -116,6 +118,8 @@ Op = Literal[
     "version_unseen",
     "links_slow",
     "links_fine",
+    "calls_in_slow",
+    "calls_in_fine",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -144,6 +148,8 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "waiting_on_callees",
         "fanout_up",
         "callers_fanout_up",
+        "calls_in_slow",
+        "calls_in_fine",
     ),
     "kubernetes": ("terminated", "waiting", "pending", "not_ready", "kube_event", "node_pressure", "pods_steady"),
 }
@@ -712,6 +718,55 @@ def _span_stats(obs: Observation, ctx: Context) -> ServiceSpanStats | None:
     return next((s for s in obs.data.services if s.service == ctx.service), None)
 
 
+#: A call edge slowed between its ends when its gap grew by this many of its own spreads before
+#: onset, and by at least opsagent.mechanisms.CALLS_IN.minimum.
+GAP_SPREADS = 3.0
+
+
+def _calls_in(obs: Observation, ctx: Context) -> tuple[list[CallGap], float] | None:
+    """The measured calls into the component, and how much its own outbound calls slowed (ms)."""
+    if not isinstance(obs.data, TracesData):
+        return None
+    inbound = [g for g in obs.data.call_gaps if g.callee == ctx.service]
+    if not inbound:
+        return None
+    outbound = max((g.shift_ms for g in obs.data.call_gaps if g.caller == ctx.service), default=0.0)
+    return inbound, max(outbound, 0.0)
+
+
+def _gap_slowed(g: CallGap, own_out: float) -> bool:
+    return g.shift_ms - own_out >= max(CALLS_IN.minimum, GAP_SPREADS * g.spread_ms_baseline)
+
+
+def _calls_in_text(inbound: list[CallGap], own_out: float, ctx: Context) -> str:
+    top = max(inbound, key=lambda g: (g.shift_ms, g.caller))
+    slowed = sum(1 for g in inbound if _gap_slowed(g, own_out))
+    return (
+        f"{slowed} of {len(inbound)} callers' calls into {ctx.service} slowed between the ends; the most, from "
+        f"{top.caller}: {fmt(top.gap_ms_baseline)} -> {fmt(top.gap_ms_window)} ms; its own outbound calls "
+        f"{own_out:+.0f} ms"
+    )
+
+
+def _calls_in_slow(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when calls into the component lost time between the ends (the caller's client span less
+    the component's server span) beyond their own spread, more than its own outbound calls did."""
+    found = _calls_in(obs, ctx)
+    if found is None:
+        return _UNKNOWN
+    inbound, own_out = found
+    return Outcome(any(_gap_slowed(g, own_out) for g in inbound), _calls_in_text(inbound, own_out, ctx))
+
+
+def _calls_in_fine(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """Met when no call into the component lost time between the ends."""
+    found = _calls_in(obs, ctx)
+    if found is None:
+        return _UNKNOWN
+    inbound, own_out = found
+    return Outcome(not any(_gap_slowed(g, own_out) for g in inbound), _calls_in_text(inbound, own_out, ctx))
+
+
 def _self_time_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     s = _span_stats(obs, ctx)
     if s is None or s.self_shift is None:
@@ -866,6 +921,8 @@ EVALUATORS: dict[str, Evaluator] = {
     "change_before_onset": _change_before_onset,
     "no_change_before_onset": _no_change_before_onset,
     "change_mentions": _change_mentions,
+    "calls_in_slow": _calls_in_slow,
+    "calls_in_fine": _calls_in_fine,
     "self_time_up": _self_time_up,
     "self_time_flat": _self_time_flat,
     "errors_up": _errors_up,

@@ -41,6 +41,8 @@ RULES: dict[str, str] = {
     "spike_free": "one spike among a handful of normal samples is not a series' spread",
     "failures_first": "a component's own failures weigh more than a shift in how fast it is",
     "discovery": "metric names the catalog has never seen map to its signals by convention",
+    "mechanisms": "fault mechanisms (capacity used, calls into a component slowed) judged against the "
+    "incident's other components weigh by how clearly they stand out",
     "elimination": "a rollout whose new version reports nothing, when every other rollout in flight was cleared, "
     "is the change left: it weighs as much as one measured worse",
 }
@@ -249,7 +251,9 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     if "version:no_worse" not in features:  # a new version that behaves like the old does not count
         score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
-    return score
+    # Fault mechanisms, weighed by how clearly they stand out in this incident: the loudest one is a
+    # floor under the component's score (it may show the same fault in its metrics too, so not added).
+    return max(score, max((v for k, v in features.items() if k.startswith("mech:")), default=0.0))
 
 
 # ---------------------------------------------------------------- along the call graph
@@ -324,6 +328,8 @@ def propagate(
             explained = (1 - share) * explained + share * max(by_failures, slow_explains * explained)
         if "trace:self_time_up" in features.get(node, {}):
             explained *= SELF_SLOW_EXPLAINED  # it is slow on its own, not only waiting
+        if on("mechanisms") and any(k.startswith("mech:") for k in features.get(node, {})):
+            explained *= SELF_SLOW_EXPLAINED  # a mechanism places the fault in it: not inherited from callees
         score = mine * (1 - EXPLAIN_AWAY * explained)
         up = max((own.get(c, 0.0) for c in callers.get(node, ())), default=0.0)
         score += EXPLAINS_CALLERS * min(up, mine)
@@ -376,6 +382,19 @@ HYPOTHESIS_TIEBREAK = 0.01
 
 def hypothesis_score(prior: float, match: float, weight: float) -> float:
     return prior * (MATCH_FLOOR + match) * (WEIGHT_FLOOR + weight)
+
+
+#: Where a fault mechanism proved itself on a component (a ``mech:`` feature), the kind it stands for
+#: comes first: a hypothesis whose playbook names that mechanism counts MECHANISM_NAMED times, one of
+#: another kind on the same component MECHANISM_OTHER times.
+MECHANISM_NAMED, MECHANISM_OTHER = 2.0, 0.5
+
+
+def mechanism_fit(*, has: bool, names: bool) -> float:
+    """How a hypothesis' kind fits the mechanism its component shows (1 where none proved itself)."""
+    if not has or not on("mechanisms"):
+        return 1.0
+    return MECHANISM_NAMED if names else MECHANISM_OTHER
 
 
 def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypothesis]:
@@ -445,7 +464,9 @@ def suspects(
                 why=f"{h.kind} refuted: {r.verdict.reason if r else ''}",
             )
         else:
-            weight = OPEN if r is not None and r.verdict.supporting else UNTESTED
+            # A kind whose mechanism proved itself in triage (a mech: feature it explains) is supported.
+            named = any("/mech:" in f for f in h.explains) and on("mechanisms")
+            weight = OPEN if named or (r is not None and r.verdict.supporting) else UNTESTED
             candidate = Suspect(
                 component=h.component,
                 kind=h.kind,

@@ -100,7 +100,10 @@ class PlaybookReasoner:
             weight = comp.own / top_own if book.applies.role == "origin" else comp.score / top
             values = placeholder_values(comp.component, incident.symptom.value, incident.service)
             matched = [p for p in book.applies.indicators if any(_fits(p, f) for f in comp.features)]
-            score = ranking.hypothesis_score(book.prior, match, weight)
+            score = ranking.hypothesis_score(book.prior, match, weight) * ranking.mechanism_fit(
+                has=any(f.startswith("mech:") for f in comp.features),
+                names=any(f.startswith("mech:") for f in book.explained(comp.features)),
+            )
             out.append(
                 Hypothesis(
                     id=hid,

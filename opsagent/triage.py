@@ -14,7 +14,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from opsagent import ranking
-from opsagent.features import Profile, add_caller_features, has_data, profiles_from, rolled_out
+from opsagent.features import Profile, add_caller_features, add_mechanism_features, has_data, profiles_from, rolled_out
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
 from opsagent.models import (
@@ -83,6 +83,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     )
     used = [scan, changes, traces, logs_all, *kube, *per_service, *versions]
     profiles = profiles_from(used, incident)
+    add_mechanism_features(profiles, used)
     ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()}, graph)
     ranking.weigh_by_elimination({c: p.features for c, p in profiles.items()})
     add_caller_features(profiles, graph)

@@ -1,0 +1,214 @@
+"""Evidence by fault mechanism, calibrated on the incident itself.
+
+Each kind of fault leaves its own trace, and a detector here looks for that trace in every
+component of the incident:
+
+* ``capacity`` — saturation is capacity *used*: the share of a known limit (a CPU or memory limit, a
+  pool size) newly consumed after onset, ``(window max - level before) / limit``. A neighbour that
+  slows down beside a CPU hog does not consume its own capacity; the hog does.
+* ``calls_in`` — a network fault slows the calls *into* a component as its callers see them (the gap
+  between the caller's client span and the component's server span grows) while the component's own
+  outbound calls do not slow alike.
+
+A detector's value for a component means little on its own: log and latency figures of innocent
+components routinely move a lot against a short baseline. So each value is judged against the same
+detector's values over the *other components of the same incident*: its surprise is how many spreads
+(a robust standard deviation of the others, never less than the detector's floor) it lies beyond
+their median. One scale then serves every detector and every environment, and the ranking combines
+surprises, not raw figures. A mechanism that clearly proves itself names the fault's kind.
+
+The features this module adds (``mech:<detector>`` and ``mech:<detector>:<signal>``) weigh by their
+surprise (:func:`mechanism_weight`); :mod:`opsagent.ranking` adds them to a component's own score and
+the playbooks name the kind each mechanism stands for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from statistics import median
+
+from opsagent.models import MetricsData, Observation, TracesData
+
+#: Scale of the median absolute deviation to a standard deviation, for normally spread values.
+MAD_SCALE = 1.4826
+#: With fewer other components than this, the others say little about what is normal: the value is
+#: judged against the detector's floor alone.
+MIN_PEERS = 3
+#: A surprise this large (spreads beyond the other components of the incident) proves the mechanism:
+#: below it, innocent components of real incidents reach as much.
+CLEAR = 6.0
+#: A clear mechanism weighs MECH_WEIGHT, one more for every doubling of its surprise beyond CLEAR, up
+#: to MECH_CAP: about as much as the loudest metric shift (opsagent.ranking.METRIC_LOG2_CAP + floor),
+#: and more where a mechanism stands out by orders of magnitude.
+MECH_WEIGHT, MECH_CAP = 3.0, 6.0
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    unit: str
+    #: The smallest spread worth dividing by, in the detector's unit: differences below it are noise
+    #: whatever the other components show.
+    floor: float
+    #: The least value that can mean the mechanism at all, in the detector's unit.
+    minimum: float
+
+
+#: New consumption of a known limit: a spread of less than 2 % of a limit is noise, and a component
+#: must newly use at least a fifth of its limit to be saturating.
+CAPACITY = Detector("capacity", "share of the limit", floor=0.02, minimum=0.2)
+#: The gap of calls into a component: a spread of less than 5 ms no caller notices, and at least 20 ms
+#: more per call must be lost on the way in.
+CALLS_IN = Detector("calls_in", "ms", floor=5.0, minimum=20.0)
+
+#: Signals whose sudden use of a limit is a saturation of a kind of capacity (the catalog's semantic
+#: names). Memory is not among them: a leak grows over time rather than stepping up at onset, and pods
+#: replaced by a rollout start their memory anew, so a step in it says little (measured: it named
+#: innocent rolled-out services on real incidents).
+CAPACITY_SIGNALS: dict[str, str] = {
+    "cpu_usage": "cpu_saturation",
+    "db_connections_used": "db_pool_exhaustion",
+    "threadpool_active": "thread_pool_exhaustion",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One mechanism's evidence about one component: its value, and how surprising it is here."""
+
+    component: str
+    detector: str
+    feature: str
+    value: float
+    surprise: float
+    observation: str
+    why: str
+
+
+def surprise(values: Mapping[str, float], floor: float) -> dict[str, float]:
+    """How far each component's value lies beyond the other components' values, in their spreads.
+
+    Robust (median and scaled MAD of the others), and never divided by less than ``floor``: with few
+    others, or others all alike, the floor says what a meaningful difference is."""
+    out: dict[str, float] = {}
+    for component, value in values.items():
+        others = [v for c, v in values.items() if c != component]
+        if len(others) < MIN_PEERS:
+            centre, spread = 0.0, floor
+        else:
+            centre = median(others)
+            spread = max(MAD_SCALE * median(abs(v - centre) for v in others), floor)
+        out[component] = (value - centre) / spread
+    return out
+
+
+def mechanism_weight(s: float) -> float:
+    """What a mechanism with surprise ``s`` weighs: nothing below CLEAR, then growing with log2."""
+    if s < CLEAR:
+        return 0.0
+    return min(MECH_WEIGHT + math.log2(s / CLEAR), MECH_CAP)
+
+
+def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
+    """Newly used capacity of every component with a known limit, per signal."""
+    used: dict[str, dict[str, tuple[float, str, str]]] = {}
+    for obs in observations:
+        if not obs.ok or not isinstance(obs.data, MetricsData):
+            continue
+        for s in obs.data.stats:
+            if s.signal not in CAPACITY_SIGNALS or s.scope != "service":
+                continue
+            if not s.limit or s.limit <= 0 or not math.isfinite(s.limit):
+                continue
+            if s.window_max is None or s.baseline_mean is None:
+                continue
+            share = (s.window_max - s.baseline_mean) / s.limit
+            if not math.isfinite(share) or share > 1.5:  # more than the limit allows: a wrong limit
+                continue
+            why = (
+                f"{s.signal} newly uses {share:.0%} of its limit ({s.baseline_mean:.3g} -> {s.window_max:.3g} of "
+                f"{s.limit:.3g})"
+            )
+            per = used.setdefault(s.signal, {})
+            if s.component not in per or share > per[s.component][0]:
+                per[s.component] = (share, obs.id, why)
+    out = []
+    for signal, per in sorted(used.items()):
+        calibrated = surprise({c: v for c, (v, _, _) in per.items()}, CAPACITY.floor)
+        for component, (share, obs_id, why) in sorted(per.items()):
+            out.append(
+                Finding(
+                    component=component,
+                    detector=CAPACITY.name,
+                    feature=f"mech:capacity:{signal}",
+                    value=share,
+                    surprise=calibrated[component] if share >= CAPACITY.minimum else 0.0,
+                    observation=obs_id,
+                    why=why,
+                )
+            )
+    return out
+
+
+def calls_in_findings(observations: Iterable[Observation], *, saturated: frozenset[str] = frozenset()) -> list[Finding]:
+    """How much longer calls into each component take between the ends, beyond its own outbound calls.
+
+    Calls from a ``saturated`` caller (one that newly uses its CPU or another capacity) do not count:
+    a starved caller reads its answers late, which lengthens its client span without the wire's help."""
+    best: TracesData | None = None
+    obs_id = ""
+    for obs in observations:
+        data = obs.data
+        if obs.ok and isinstance(data, TracesData) and len(data.call_gaps) > (len(best.call_gaps) if best else 0):
+            best, obs_id = data, obs.id
+    if best is None:
+        return []
+    inbound: dict[str, list[tuple[float, str]]] = {}
+    outbound: dict[str, float] = {}
+    for g in best.call_gaps:
+        if g.caller in saturated:
+            continue
+        inbound.setdefault(g.callee, []).append((g.shift_ms, g.caller))
+        outbound[g.caller] = max(outbound.get(g.caller, 0.0), g.shift_ms)
+    values: dict[str, float] = {}
+    whys: dict[str, str] = {}
+    for component, shifts in inbound.items():
+        top, caller = max(shifts)
+        own_out = max(outbound.get(component, 0.0), 0.0)
+        values[component] = top - own_out
+        slowed = sum(1 for s, _ in shifts if s >= CALLS_IN.minimum)
+        whys[component] = (
+            f"calls into {component} spend {top:+.0f} ms more between the ends (from {caller}; {slowed} of "
+            f"{len(shifts)} callers slowed), its own outbound calls {own_out:+.0f} ms"
+        )
+    calibrated = surprise(values, CALLS_IN.floor)
+    return [
+        Finding(
+            component=c,
+            detector=CALLS_IN.name,
+            feature="mech:calls_in",
+            value=v,
+            surprise=calibrated[c] if v >= CALLS_IN.minimum else 0.0,
+            observation=obs_id,
+            why=whys[c],
+        )
+        for c, v in sorted(values.items())
+    ]
+
+
+def findings(observations: list[Observation]) -> list[Finding]:
+    """Every detector over the incident's observations."""
+    capacity = capacity_findings(observations)
+    saturated = frozenset(f.component for f in capacity if f.surprise >= CLEAR)
+    return [*capacity, *calls_in_findings(observations, saturated=saturated)]
+
+
+def explained_within(found: Mapping[str, float]) -> dict[str, float]:
+    """A component's mechanisms, less those another of its own mechanisms explains: a component
+    saturating its CPU answers late, so slower calls into it are its saturation's doing, not the wire's."""
+    out = dict(found)
+    if any(k.startswith("mech:capacity:") for k in out):
+        out.pop("mech:calls_in", None)
+    return out
