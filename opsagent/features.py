@@ -293,7 +293,13 @@ def add_mechanism_features(profiles: dict[str, Profile], observations: list[Obse
         return
     by_id = {o.id: o for o in observations}
     found: dict[str, dict[str, mechanisms.Finding]] = defaultdict(dict)
-    for f in mechanisms.findings(observations):
+    own: dict[str, tuple[float, str]] = {}
+    for obs in observations:
+        data = obs.data
+        if obs.ok and isinstance(data, LogsData) and data.service is not None:
+            lines = sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
+            own[data.service] = (lines / max(data.window_minutes, 1.0), obs.id)
+    for f in [*mechanisms.findings(observations), *mechanisms.own_error_findings(own)]:
         weight = mechanisms.mechanism_weight(f.surprise)
         if weight > 0:
             found[f.component][f.feature] = f

@@ -6,6 +6,8 @@ component of the incident:
 * ``capacity`` — saturation is capacity *used*: the share of a known limit (a CPU or memory limit, a
   pool size) newly consumed after onset, ``(window max - level before) / limit``. A neighbour that
   slows down beside a CPU hog does not consume its own capacity; the hog does.
+* ``own_errors`` — a code fault says so in the component's own logs: new error templates that name no
+  dependency's or resource's failure.
 * ``calls_in`` — a network fault slows the calls *into* a component as its callers see them (the gap
   between the caller's client span and the component's server span grows) while the component's own
   outbound calls do not slow alike.
@@ -62,6 +64,10 @@ CAPACITY = Detector("capacity", "share of the limit", floor=0.02, minimum=0.2)
 #: The gap of calls into a component: a spread of less than 5 ms no caller notices, and at least 20 ms
 #: more per call must be lost on the way in.
 CALLS_IN = Detector("calls_in", "ms", floor=5.0, minimum=20.0)
+
+#: Lines per minute of new error templates of the component's own making (none naming a dependency's
+#: failure): a spread under a line every two minutes is noise, and at least that many must be new.
+OWN_ERRORS = Detector("own_errors", "lines/min", floor=0.5, minimum=0.5)
 
 #: Signals whose sudden use of a limit is a saturation of a kind of capacity (the catalog's semantic
 #: names). Memory is not among them: a leak grows over time rather than stepping up at onset, and pods
@@ -195,6 +201,24 @@ def calls_in_findings(observations: Iterable[Observation], *, saturated: frozens
             why=whys[c],
         )
         for c, v in sorted(values.items())
+    ]
+
+
+def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
+    """New errors of each component's own making, per minute (``lines``: component -> (lines/min, the
+    observation)): a code path that now throws or returns a wrong result says so in its own logs."""
+    calibrated = surprise({c: v for c, (v, _) in lines.items()}, OWN_ERRORS.floor)
+    return [
+        Finding(
+            component=c,
+            detector=OWN_ERRORS.name,
+            feature="mech:own_errors",
+            value=v,
+            surprise=calibrated[c] if v >= OWN_ERRORS.minimum else 0.0,
+            observation=obs_id,
+            why=f"{v:.1f} lines/min of new error templates of {c}'s own making",
+        )
+        for c, (v, obs_id) in sorted(lines.items())
     ]
 
 

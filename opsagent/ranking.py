@@ -251,9 +251,17 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     if "version:no_worse" not in features:  # a new version that behaves like the old does not count
         score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
-    # Fault mechanisms, weighed by how clearly they stand out in this incident: the loudest one is a
-    # floor under the component's score (it may show the same fault in its metrics too, so not added).
-    return max(score, max((v for k, v in features.items() if k.startswith("mech:")), default=0.0))
+    # Fault mechanisms, weighed by how clearly they stand out in this incident. One the component's own
+    # metrics also show (capacity used is a metric shift too) is a floor under its score; one they
+    # cannot show (time lost on the way in, errors of its own making) adds to it.
+    mech = {k: v for k, v in features.items() if k.startswith("mech:")}
+    shown = max((v for k, v in mech.items() if k.startswith(SHOWN_IN_METRICS)), default=0.0)
+    unseen = max((v for k, v in mech.items() if not k.startswith(SHOWN_IN_METRICS)), default=0.0)
+    return max(score, shown) + unseen
+
+
+#: Mechanisms whose evidence is a shift of the component's own metrics, already in its score.
+SHOWN_IN_METRICS = ("mech:capacity:",)
 
 
 # ---------------------------------------------------------------- along the call graph
