@@ -35,10 +35,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -293,6 +294,38 @@ def tot_ratio(per_set: dict[str, dict[str, list[Run]]]) -> list[str]:
 BINS = ((0.0, 0.0), (0.01, 0.5), (0.51, 0.65), (0.66, 0.8), (0.81, 1.0))
 
 
+def raw_kind(run: Run) -> str:
+    """The data set's own fault label where it has one (``truth.raw_kind``), else the taxonomy's kind."""
+    extra = run.case.truth.model_extra or {}
+    return str(extra.get("raw_kind") or run.case.truth.kind)
+
+
+def day_of(run: Run) -> str:
+    """The day a recording's name carries (YYYY-MM-DD), or "-"."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", run.case.recording.slug)
+    return found.group(0) if found else "-"
+
+
+def slices(name: str, runs: Sequence[Run], key: Callable[[Run], str]) -> list[str]:
+    """AC@1, AC@3, kind and confirmed verdicts (right on service and kind) per slice of a set."""
+    groups: dict[str, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(key(r), []).append(r)
+    lines = []
+    for label, chosen in sorted(groups.items()):
+        conf = [r for r in chosen if r.report.status == "confirmed"]
+        right = sum(1 for r in conf if r.score.hit1 and r.score.kind_hit)
+        kind = sum(r.score.kind_hit for r in chosen) / len(chosen)
+        lines.append(
+            f"{name:<10} {label:<20} {len(chosen):>4} {ac(chosen, 1):>6.3f} {ac(chosen, 3):>6.3f} {kind:>6.3f} "
+            f"{len(conf):>5} {right:>5}"
+        )
+    return lines
+
+
+SLICE_HEADER = f"{'set':<10} {'slice':<20} {'n':>4} {'AC@1':>6} {'AC@3':>6} {'kind':>6} {'conf':>5} {'right':>5}"
+
+
 def calibration(runs: Sequence[Run]) -> list[str]:
     lines = [f"{'confidence':<12} {'n':>4} {'top suspect right':>18} {'root cause right':>17}"]
     for lo, hi in BINS:
@@ -348,14 +381,26 @@ async def main(args: argparse.Namespace) -> None:
             if len(ratio) > 1:
                 print("\nhybrid tokens / tot tokens (the seeds: ~1/4; search ratio: hypotheses' steps only):")
                 print("\n".join(ratio))
+        hybrid_sets = {n: runs["hybrid"] for n, runs in per_set.items() if "hybrid" in runs}
+        if hybrid_sets:
+            print("\nhybrid per fault kind (the data set's own label; conf: confirmed, right: on service and kind):")
+            print(SLICE_HEADER)
+            for name, runs in hybrid_sets.items():
+                print("\n".join(slices(name, runs, raw_kind)))
+            print("\nhybrid per day (where the recordings' names carry one):")
+            print(SLICE_HEADER)
+            for name, runs in hybrid_sets.items():
+                print("\n".join(slices(name, runs, day_of)))
         if everything:
             conf = [r for r in everything if r.report.status == "confirmed"]
             right = sum(
                 1 for r in conf if r.report.root_cause and r.report.root_cause.component == r.case.truth.service
             )
+            both = sum(1 for r in conf if r.score.hit1 and r.score.kind_hit)
             print(
                 f"\nhybrid, all sets: {len(conf)} confirmed verdicts, {right} on the true service"
                 + (f" (precision {right / len(conf):.3f})" if conf else "")
+                + (f", {both} on the true service and kind (precision {both / len(conf):.3f})" if conf else "")
             )
             named = [r for r in conf if r.report.change is not None and r.case.truth.change_ids]
             on_truth = sum(1 for r in named if set(r.report.change.ids) & set(r.case.truth.change_ids))  # type: ignore[union-attr]
