@@ -80,6 +80,12 @@ CAPACITY_SIGNALS: dict[str, str] = {
 }
 
 
+#: Capacities whose exhaustion at a caller lengthens its client spans without the callee's or the
+#: wire's doing: a CPU-starved caller reads its answers late, one out of connections waits for one
+#: inside the call. (A thread pool full of threads waiting on the callee is the callee's consequence.)
+CALLER_SIDE = ("cpu_usage", "db_connections_used")
+
+
 @dataclass(frozen=True)
 class Finding:
     """One mechanism's evidence about one component: its value, and how surprising it is here."""
@@ -161,8 +167,8 @@ def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
 def calls_in_findings(observations: Iterable[Observation], *, saturated: frozenset[str] = frozenset()) -> list[Finding]:
     """How much longer calls into each component take between the ends, beyond its own outbound calls.
 
-    Calls from a ``saturated`` caller (one that newly uses its CPU or another capacity) do not count:
-    a starved caller reads its answers late, which lengthens its client span without the wire's help."""
+    Calls from a ``saturated`` caller (out of a CALLER_SIDE capacity) do not count: a starved caller
+    reads its answers late, or waits for a connection inside the call, without the wire's help."""
     best: TracesData | None = None
     obs_id = ""
     for obs in observations:
@@ -225,7 +231,10 @@ def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
 def findings(observations: list[Observation]) -> list[Finding]:
     """Every detector over the incident's observations."""
     capacity = capacity_findings(observations)
-    saturated = frozenset(f.component for f in capacity if f.surprise >= CLEAR)
+    # A caller out of CPU or of connections: the wire is not to blame for its slower calls.
+    saturated = frozenset(
+        f.component for f in capacity if f.surprise >= CLEAR and f.feature.rsplit(":", 1)[-1] in CALLER_SIDE
+    )
     return [*capacity, *calls_in_findings(observations, saturated=saturated)]
 
 

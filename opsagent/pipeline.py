@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -202,6 +203,7 @@ def conclude(
     strategy_name: str,
     lessons: list[Lesson],
 ) -> Report:
+    outcome = disciplined(outcome)
     ranked = ranking.suspects(
         outcome.proposed,
         outcome.results,
@@ -280,6 +282,24 @@ def conclude(
         observations=sorted(toolbox.observations.values(), key=lambda o: o.id),
         plan=outcome.plan,
     )
+
+
+def disciplined(outcome: Outcome) -> Outcome:
+    """Verdicts that the rest of the incident explains away are not proven: a latency-type verdict on a
+    component whose callers' own saturation explains the slower calls becomes inconclusive, saying so."""
+    features = {c.component: c.features for c in outcome.triage.components}
+    results = []
+    for r in outcome.results:
+        why = (
+            ranking.explained_latency(r.hypothesis.kind, r.hypothesis.component, outcome.triage.graph, features)
+            if r.verdict.status in ("confirmed", "probable")
+            else None
+        )
+        if why is not None:
+            verdict = r.verdict.model_copy(update={"status": "inconclusive", "reason": f"not proven: {why}"})
+            r = r.model_copy(update={"verdict": verdict})
+        results.append(r)
+    return replace(outcome, results=results)
 
 
 def lesson_uses(outcome: Outcome) -> list[LessonUse]:

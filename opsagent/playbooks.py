@@ -721,6 +721,8 @@ def _span_stats(obs: Observation, ctx: Context) -> ServiceSpanStats | None:
 #: A call edge slowed between its ends when its gap grew by this many of its own spreads before
 #: onset, and by at least opsagent.mechanisms.CALLS_IN.minimum.
 GAP_SPREADS = 3.0
+#: The share of a component's measured callers whose calls into it must have slowed.
+CALLERS_SHARE = 0.5
 
 
 def _calls_in(obs: Observation, ctx: Context) -> tuple[list[CallGap], float] | None:
@@ -755,7 +757,10 @@ def _calls_in_slow(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     if found is None:
         return _UNKNOWN
     inbound, own_out = found
-    return Outcome(any(_gap_slowed(g, own_out) for g in inbound), _calls_in_text(inbound, own_out, ctx))
+    # From most of its measured callers: one slow caller alone (a caller starved of CPU reads its
+    # answers late) does not place the delay at the component.
+    slowed = sum(1 for g in inbound if _gap_slowed(g, own_out))
+    return Outcome(slowed > 0 and slowed >= CALLERS_SHARE * len(inbound), _calls_in_text(inbound, own_out, ctx))
 
 
 def _calls_in_fine(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:

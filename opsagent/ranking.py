@@ -20,6 +20,7 @@ from contextvars import ContextVar
 
 from opsagent.fixtures import Edge
 from opsagent.graph import callees_of, callers_of, descendants
+from opsagent.mechanisms import CALLER_SIDE
 from opsagent.models import CHANGE_KINDS, ChangeSuspect, Hypothesis, HypothesisResult, Suspect
 
 # ---------------------------------------------------------------- rules that can be switched off
@@ -429,6 +430,40 @@ def diverse(ranked: list[Hypothesis], weights: Mapping[str, float]) -> list[Hypo
         out.append(best)
         explained.update(best.explains)
     return out
+
+
+# ---------------------------------------------------------------- confirmation discipline
+
+#: Kinds that say a component is slow (rather than failing, or saturated): calls into it took longer.
+LATENCY_KINDS = frozenset({"network_degradation", "downstream_latency"})
+
+
+def saturated_callers(component: str, graph: Sequence[Edge], features: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """The callers of a component out of CPU or connections (mechanisms.CALLER_SIDE): the component looks
+    slow from there. (A pool full of threads waiting on the component is the opposite: its consequence.)"""
+    starved = tuple(f"mech:capacity:{c}" for c in CALLER_SIDE)
+    return sorted(
+        e.caller for e in graph if e.callee == component and any(f in features.get(e.caller, {}) for f in starved)
+    )
+
+
+def explained_latency(
+    kind: str, component: str, graph: Sequence[Edge], features: Mapping[str, Mapping[str, float]]
+) -> str | None:
+    """Why a latency-type verdict on a component cannot stand, or None where it can.
+
+    Slower calls into a component are its doing only where nothing its callers do explains them: a
+    caller saturating its own CPU reads its answers late, and every callee looks slow from there. A
+    component with a mechanism of its own (``mech:``) keeps its verdict."""
+    if kind not in LATENCY_KINDS or not on("mechanisms"):
+        return None
+    if any(k.startswith("mech:") for k in features.get(component, {})):
+        return None
+    starved = saturated_callers(component, graph, features)
+    if not starved:
+        return None
+    callers = ", ".join(starved)
+    return f"the slower calls into {component} are explained by its caller(s) {callers} out of CPU or connections"
 
 
 # ---------------------------------------------------------------- the suspects of the report
