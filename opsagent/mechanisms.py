@@ -81,9 +81,9 @@ CAPACITY_SIGNALS: dict[str, str] = {
 
 
 #: Capacities whose exhaustion at a caller lengthens its client spans without the callee's or the
-#: wire's doing: a CPU-starved caller reads its answers late, one out of connections waits for one
-#: inside the call. (A thread pool full of threads waiting on the callee is the callee's consequence.)
-CALLER_SIDE = ("cpu_usage", "db_connections_used")
+#: wire's doing: a CPU-starved caller reads its answers late, one out of connections or worker threads
+#: waits for one inside the call (where its instrumentation opens the client span first).
+CALLER_SIDE = tuple(CAPACITY_SIGNALS)
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,11 @@ class Check(BaseModel):
     says: str = Field(description="the thought behind the check, in words")
     confirm: Expectation | None = None
     refute: Expectation | None = None
+    refute_unless: list[str] = Field(
+        default_factory=list,
+        description="triage features (patterns) of the component before which the refutation does not stand: a "
+        "mechanism proved against the whole incident outweighs one reading that does not show it",
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> Check:

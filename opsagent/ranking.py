@@ -439,8 +439,7 @@ LATENCY_KINDS = frozenset({"network_degradation", "downstream_latency"})
 
 
 def saturated_callers(component: str, graph: Sequence[Edge], features: Mapping[str, Mapping[str, float]]) -> list[str]:
-    """The callers of a component out of CPU or connections (mechanisms.CALLER_SIDE): the component looks
-    slow from there. (A pool full of threads waiting on the component is the opposite: its consequence.)"""
+    """The callers of a component out of a capacity (mechanisms.CALLER_SIDE): it looks slow from there."""
     starved = tuple(f"mech:capacity:{c}" for c in CALLER_SIDE)
     return sorted(
         e.caller for e in graph if e.callee == component and any(f in features.get(e.caller, {}) for f in starved)
@@ -453,17 +452,19 @@ def explained_latency(
     """Why a latency-type verdict on a component cannot stand, or None where it can.
 
     Slower calls into a component are its doing only where nothing its callers do explains them: a
-    caller saturating its own CPU reads its answers late, and every callee looks slow from there. A
-    component with a mechanism of its own (``mech:``) keeps its verdict."""
+    caller saturating its own CPU reads its answers late, one out of connections or threads waits inside
+    its calls, and every callee looks slow from there. A component whose own span time grew, or with a
+    mechanism of its own (``mech:``), keeps its verdict."""
     if kind not in LATENCY_KINDS or not on("mechanisms"):
         return None
-    if any(k.startswith("mech:") for k in features.get(component, {})):
-        return None
+    own = features.get(component, {})
+    if "trace:self_time_up" in own or any(k.startswith("mech:") for k in own):
+        return None  # its own time grew, or a mechanism of its own places the delay in it
     starved = saturated_callers(component, graph, features)
     if not starved:
         return None
     callers = ", ".join(starved)
-    return f"the slower calls into {component} are explained by its caller(s) {callers} out of CPU or connections"
+    return f"the slower calls into {component} are explained by its caller(s) {callers} out of their capacity"
 
 
 # ---------------------------------------------------------------- the suspects of the report

@@ -204,7 +204,7 @@ class PlaybookReasoner:
             ctx = context_for(incident, hypothesis.component, observations)
             for check, action in planned:
                 if action == last.action:
-                    evidence.extend(self._assess(check, obs, ctx))
+                    evidence.extend(self._assess(check, obs, ctx, shown=hypothesis.explains))
         done = {s.action.key() for s in steps if s.action is not None}
         pending = [(c, a) for c, a in planned if a.key() not in done]
         first = [a.key() for a in hypothesis.first_actions]
@@ -218,12 +218,15 @@ class PlaybookReasoner:
         return Decision(thought=fill(check.says, values), action=action, evidence=evidence)
 
     @staticmethod
-    def _assess(check: Check, obs: Observation, ctx: Context) -> list[Evidence]:
+    def _assess(check: Check, obs: Observation, ctx: Context, *, shown: Sequence[str] = ()) -> list[Evidence]:
+        """The evidence one observation gives for a check. ``shown``: the hypothesis' triage features
+        (``component/feature``), before which a refutation the check names in ``refute_unless`` does not stand."""
         if obs.source is None or not obs.ok:
             return []
+        overruled = any(fnmatch.fnmatchcase(f.split("/", 1)[-1], p) for f in shown for p in check.refute_unless)
         out = []
         for stance, exp in (("supports", check.confirm), ("refutes", check.refute)):
-            if exp is None:
+            if exp is None or (stance == "refutes" and overruled):
                 continue
             outcome = evaluate(exp, obs, ctx)
             if outcome.met:
