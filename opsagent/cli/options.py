@@ -36,14 +36,6 @@ LessonsOpt = Annotated[
     ),
 ]
 
-LogLevelOpt = Annotated[str, typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning, error")]
-
-
-def log_level_ok(level: str) -> None:
-    if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        fail(f"unknown log level {level!r}")
-
-
 # ---------------------------------------------------------------- the investigation budget
 
 KOpt = Annotated[int, typer.Option("--k", metavar="N", help="hypotheses proposed per round")]
