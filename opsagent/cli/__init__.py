@@ -26,10 +26,13 @@ import importlib
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-import click
 import typer
 import typer.main
-from typer.core import TyperGroup
+
+# typer vendors click (since 0.29) and its groups take and return the vendored types; the real click
+# is another package, and importing it here would cost ``--help`` its start-up
+from typer import _click as click
+from typer.core import TyperCommand, TyperGroup
 
 from opsagent.cli.loglevel import LogLevelOpt, log_level_ok
 
@@ -62,8 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "alerts": (
         "alerts",
-        "List what Alertmanager is firing now; investigate one with"
-        " ``opsagent investigate --alert FINGERPRINT``.",
+        "List what Alertmanager is firing now; investigate one with ``opsagent investigate --alert FINGERPRINT``.",
     ),
     "prompts": ("prompts", "Show exactly what the model was told and what it answered, call by call."),
     "serve": ("serve", "Run the Alertmanager webhook service: incidents API, report pages, health and /metrics."),
@@ -129,7 +131,9 @@ class Commands(TyperGroup):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # the listing reads the table, so that ``opsagent --help`` imports no command
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
-        rows = [(name, click.Command(name, help=text).get_short_help_str(limit)) for name, (_, text) in COMMANDS.items()]
+        rows = [
+            (name, TyperCommand(name=name, help=text).get_short_help_str(limit)) for name, (_, text) in COMMANDS.items()
+        ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -29,6 +29,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="print JSON in
 MarkdownOpt = Annotated[
     Path | None, typer.Option("--markdown", metavar="FILE", help="also write the report as Markdown here")
 ]
+AlertmanagerOpt = Annotated[
+    str | None,
+    typer.Option("--alertmanager", metavar="URL", help="Alertmanager URL (default: alertmanager.url of the config)"),
+]
 LessonsOpt = Annotated[
     bool,
     typer.Option(
