@@ -86,11 +86,19 @@ def few_collections() -> Iterator[None]:
 
 def run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a command's coroutine; a :class:`UserError` from inside it is said and exits 2."""
+    result: list[T] = []
+
+    async def main() -> None:
+        # the result stays out of the main task: on Python 3.11 asyncio.run reprs that task (with its
+        # result) as it restores the SIGINT handler, and a large system's report took a second to repr
+        result.append(await coro_fn())
+
     try:
         with few_collections():
-            return asyncio.run(coro_fn())
+            asyncio.run(main())
     except UserError as exc:
         fail(str(exc))
+    return result[0]
 
 
 def wide() -> Console:
