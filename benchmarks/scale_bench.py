@@ -93,7 +93,8 @@ def build(incident: Path, scale: int, into: Path) -> Path:
     topology = header.get("topology") or []
     for copy in range(1, scale):
         rename = renamer(services, copy)
-        topology = topology + [{**e, "caller": rename(e["caller"]), "callee": rename(e["callee"])} for e in header.get("topology") or []]
+        edges = header.get("topology") or []
+        topology = topology + [{**e, "caller": rename(e["caller"]), "callee": rename(e["callee"])} for e in edges]
     if topology:
         header["topology"] = topology
     (target / "incident.yaml").write_text(yaml.safe_dump(header, sort_keys=False), encoding="utf-8")
@@ -109,11 +110,13 @@ def build(incident: Path, scale: int, into: Path) -> Path:
 
 def timed(argv: list[str]) -> tuple[float, float]:
     """CPU seconds (user + system) and peak RSS in MiB of one child process."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 3):  # 3: ran to the end, inconclusive
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+    with tempfile.TemporaryFile() as said:  # a file, not a pipe: nobody reads while the child runs
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=said)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode not in (0, 3):  # 3: ran to the end, inconclusive
+            said.seek(0)
+            raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {said.read().decode()[-2000:]}")
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
