@@ -144,9 +144,10 @@ def bench_ga(root: Path) -> None:
             plain = masked = float("nan")
         delta = ours - max(plain, masked) if drain3 else 0.0
         worst = min(worst, delta)
+        shown = delta if drain3 else float("nan")
         totals.update({"ours": ours, "plain": plain, "masked": masked})
         print(
-            f"{system:<12} {len(rows):>5} {len(set(truth)):>6} {ours:>6.3f} {plain:>7.3f} {masked:>8.3f} {delta if drain3 else float("nan"):>+8.3f}"
+            f"{system:<12} {len(rows):>5} {len(set(truth)):>6} {ours:>6.3f} {plain:>7.3f} {masked:>8.3f} {shown:>+8.3f}"
         )
     n = len(SYSTEMS)
     print("-" * len(header))
