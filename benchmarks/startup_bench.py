@@ -39,7 +39,7 @@ OPSAGENT = "from opsagent.cli import app; app()"
 def timed(argv: list[str]) -> tuple[float, float]:
     """CPU seconds (user + system) and peak RSS in MiB of one child process."""
     with tempfile.TemporaryFile() as said:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=said, cwd=ROOT)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=said)
         _, status, usage = os.wait4(proc.pid, 0)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
@@ -52,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    incident = "fixtures/incidents/order-service-threadpool-config"
+    incident = str(ROOT / "fixtures" / "incidents" / "order-service-threadpool-config")
     commands = {
         "bare Typer app --help": [sys.executable, "-c", BARE_TYPER, "--help"],
         "opsagent --help": [sys.executable, "-c", OPSAGENT, "--help"],
@@ -66,7 +66,7 @@ def main() -> None:
     cpu = {name: median(c for c, _ in r) for name, r in runs.items()}
     peak = {name: median(m for _, m in r) for name, r in runs.items()}
     anchor = next(iter(commands))
-    print(f"median of {args.repeat} runs each, in turn; INCIDENT = {incident}")
+    print(f"median of {args.repeat} runs each, in turn; INCIDENT = {Path(incident).relative_to(ROOT)}")
     print(f"{'command':<34}{'CPU s':>8}{'x bare':>8}{'peak MiB':>10}")
     for name in commands:
         print(f"{name:<34}{cpu[name]:>8.3f}{cpu[name] / cpu[anchor]:>8.1f}{peak[name]:>10.0f}")
