@@ -49,7 +49,7 @@ from opsagent.observations import fmt, times
 from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
-from opsagent.redaction import scrub_model
+from opsagent.redaction import OBSERVATIONS_DONE, scrub_model
 from opsagent.search import SearchRecorder, fan_out
 from opsagent.sources import Sources
 from opsagent.strategies import Outcome, reflect, strategy
@@ -171,7 +171,8 @@ async def investigate(
     report = report.model_copy(update={"links": links_for(report, alert, links)})
     if isinstance(reasoner, PerInvestigation):
         report = report.model_copy(update={"llm": reasoner.transcript()})
-    report = scrub_model(report)  # the alert's own text too: no report carries a secret
+    # the alert's own text too: no report carries a secret (observations were redacted as they were made)
+    report = scrub_model(report, done=OBSERVATIONS_DONE)
     log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
     return report
 

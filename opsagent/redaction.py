@@ -26,10 +26,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from opsagent.models import PromptMessage, PromptToolCall
+from opsagent.models import Observation, PromptMessage, PromptToolCall
 
 Redactor = Callable[[str], tuple[str, int]]
 M = TypeVar("M")
+
+#: What the toolbox redacts as it makes an observation (:meth:`opsagent.tools.Toolbox._record`): its
+#: data and its text. The report's door skips them (``scrub_model(report, done=...)``): a report of a
+#: large system holds hundreds of observations, and walking them again cost a fifth of its time.
+OBSERVATIONS_DONE: Mapping[type[BaseModel], frozenset[str]] = {Observation: frozenset({"data", "text"})}
 
 #: Shorter values are not masked by value (a four-letter password would mask every word it spells);
 #: their shapes (``password=…``, ``Bearer …``) still are.
@@ -246,76 +251,87 @@ def scrub(text: str) -> str:
     return redact(text, redactors())[0]
 
 
-def _strings(value: Any, out: list[str]) -> None:
+_NOTHING_DONE: Mapping[type[BaseModel], frozenset[str]] = {}
+
+
+def _strings(value: Any, out: list[str], done: Mapping[type[BaseModel], frozenset[str]]) -> None:
     if isinstance(value, str):
         out.append(value)
     elif isinstance(value, BaseModel):
+        skip = done.get(type(value), frozenset())
         for name in type(value).model_fields:
-            _strings(getattr(value, name), out)
+            if name not in skip:
+                _strings(getattr(value, name), out, done)
         for extra in (value.__pydantic_extra__ or {}).values():
-            _strings(extra, out)
+            _strings(extra, out, done)
     elif isinstance(value, dict):
         for k, v in value.items():
-            _strings(k, out)
-            _strings(v, out)
+            _strings(k, out, done)
+            _strings(v, out, done)
             if isinstance(k, str) and isinstance(v, str):  # {"password": "…"} reads as password=…
                 out.append(f"{k}={v}")
     elif isinstance(value, list | tuple | set | frozenset):
         for v in value:
-            _strings(v, out)
+            _strings(v, out, done)
 
 
-def _rebuilt(value: Any, chain: Sequence[Redactor]) -> Any:
+def _rebuilt(value: Any, chain: Sequence[Redactor], done: Mapping[type[BaseModel], frozenset[str]]) -> Any:
     """``value`` with its strings redacted; parts with nothing to mask are the same objects."""
     if isinstance(value, str):
         text, n = redact(value, chain)
         return text if n else value
     if isinstance(value, BaseModel):
         changed = {}
+        skip = done.get(type(value), frozenset())
         for name in type(value).model_fields:
+            if name in skip:
+                continue
             old = getattr(value, name)
-            new = _rebuilt(old, chain)
+            new = _rebuilt(old, chain, done)
             if new is not old:
                 changed[name] = new
         extra = value.__pydantic_extra__
         if extra:
             for name, old in extra.items():
-                new = _rebuilt(old, chain)
+                new = _rebuilt(old, chain, done)
                 if new is not old:
                     changed[name] = new
         return value.model_copy(update=changed) if changed else value
     if isinstance(value, dict):
-        items = [(_rebuilt(k, chain), _keyed(k, v, chain)) for k, v in value.items()]
+        items = [(_rebuilt(k, chain, done), _keyed(k, v, chain, done)) for k, v in value.items()]
         if all(nk is k and nv is v for (nk, nv), (k, v) in zip(items, value.items(), strict=True)):
             return value
         return type(value)(items)
     if isinstance(value, list | tuple | set | frozenset):
-        parts = [_rebuilt(v, chain) for v in value]
+        parts = [_rebuilt(v, chain, done) for v in value]
         if all(new is old for new, old in zip(parts, value, strict=True)):
             return value
         return type(value)(parts)
     return value
 
 
-def _keyed(key: Any, value: Any, chain: Sequence[Redactor]) -> Any:
+def _keyed(key: Any, value: Any, chain: Sequence[Redactor], done: Mapping[type[BaseModel], frozenset[str]]) -> Any:
     """A dict's value, masked whole when its key names a secret (``{"password": "…"}``)."""
     if isinstance(key, str) and isinstance(value, str) and named_secrets(f"{key}={value}")[1]:
         return "[REDACTED:secret]"
-    return _rebuilt(value, chain)
+    return _rebuilt(value, chain, done)
 
 
-def scrub_model(value: M, chain: Sequence[Redactor] | None = None) -> M:
-    """Every string of a model (or of dicts, lists and tuples of them) redacted.
+def scrub_model(
+    value: M, chain: Sequence[Redactor] | None = None, *, done: Mapping[type[BaseModel], frozenset[str]] = _NOTHING_DONE
+) -> M:
+    """Every string of a model (or of dicts, lists and tuples of them) redacted, but for the fields
+    ``done`` names per model class (redacted at an earlier door: :data:`OBSERVATIONS_DONE`).
 
     Most models hold nothing to mask: their strings are joined (one per line) and the chain runs
     once over the whole; only when it finds something is the model rebuilt, string by string. A
     secret in one string shows in the joined text too (a newline is a boundary to every rule)."""
     chain = redactors() if chain is None else chain
     strings: list[str] = []
-    _strings(value, strings)
+    _strings(value, strings, done)
     if not strings or not redact("\n".join(strings), chain)[1]:
         return value
-    rebuilt: M = _rebuilt(value, chain)
+    rebuilt: M = _rebuilt(value, chain, done)
     return rebuilt
 
 

@@ -42,7 +42,7 @@ from opsagent.models import (
     SourceKind,
 )
 from opsagent.observations import describe
-from opsagent.redaction import scrub_model
+from opsagent.redaction import redact, redactors, scrub_model
 from opsagent.sources import ChangesSource, KubernetesSource, LogsSource, MetricsSource, Sources, TracesSource
 from opsagent.tokens import estimate_tokens
 
@@ -268,8 +268,10 @@ class Toolbox:
         return self._record(action, kind, ErrorData(error=f"{exc.source} could not be read: {exc}"))
 
     def _record(self, action: Action, kind: SourceKind | None, data: ObservationData) -> Observation:
-        data = scrub_model(data)
-        text = describe(data)
+        # redacted here, once: later doors (the report) skip an observation's data and text
+        chain = redactors()
+        data = scrub_model(data, chain)
+        text = redact(describe(data), chain)[0]
         obs = Observation(
             id=observation_id(action),
             action=action,

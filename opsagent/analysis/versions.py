@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Literal
 
-from scipy.stats import mannwhitneyu
-
 from opsagent.analysis.changes import moves
 from opsagent.analysis.series import SERVICE_LABELS, min_effect, rollup, side_of
 from opsagent.fixtures import MetricSeries, SignalDef, unix
@@ -248,6 +246,9 @@ def _compare(key: _Key, sides: dict[str, list[MetricSeries]], *, since: float, e
     aligned_a = [v - centre[m] for m in minutes for v in new_at[m]]
     aligned_b = [v - centre[m] for m in minutes for v in old_at[m]]
     spread = len(set(aligned_a) | set(aligned_b)) > 1
+    # SciPy is a third of the CLI's import time: paid only by an incident that has two versions to compare
+    from scipy.stats import mannwhitneyu
+
     p = float(mannwhitneyu(aligned_a, aligned_b, alternative="two-sided").pvalue) if spread else 1.0
     new_m, old_m = median(a), median(b)
     meaning, way, unit = meaning_of(key.metric), bad_way(key.metric), unit_of(key.metric)

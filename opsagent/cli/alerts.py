@@ -18,16 +18,11 @@ from adapters.alertmanager import AlertmanagerClient, FiringAlert, started
 from adapters.config import httpx_client
 from adapters.sourceconfig import AlertmanagerConfig
 from opsagent.cli.common import ExitCode, fail, out, settings, wide
-from opsagent.cli.options import JsonOpt
+from opsagent.cli.options import AlertmanagerOpt, JsonOpt
 from opsagent.errors import ConfigError, SourceError, UserError
 from opsagent.models import Alert
 from opsagent.settings import Settings
 from opsagent.triggers import choose, matchers
-
-AlertmanagerOpt = Annotated[
-    str | None,
-    typer.Option("--alertmanager", metavar="URL", help="Alertmanager URL (default: alertmanager.url of the config)"),
-]
 
 
 def alertmanager(settings: Settings, url: str | None) -> AlertmanagerClient:

@@ -11,6 +11,7 @@ A user error (bad input, bad configuration, a store that cannot be read) is one 
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -66,12 +67,38 @@ def note(message: str) -> None:
     err.print(message, soft_wrap=True)
 
 
+#: The cycle collector's thresholds while a command runs. An investigation makes millions of small
+#: objects (a recording's records, span times, stats) and frees few of them before it ends; at the
+#: default (a young collection every 700 allocations) the collector rescanned them so often that it
+#: cost a large system a sixth of its CPU time. Memory freed by reference counting is unaffected.
+COMMAND_GC_THRESHOLD = (100_000, 50, 100)
+
+
+@contextmanager
+def few_collections() -> Iterator[None]:
+    old = gc.get_threshold()
+    gc.set_threshold(*COMMAND_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a command's coroutine; a :class:`UserError` from inside it is said and exits 2."""
+    result: list[T] = []
+
+    async def main() -> None:
+        # the result stays out of the main task: on Python 3.11 asyncio.run reprs that task (with its
+        # result) as it restores the SIGINT handler, and a large system's report took a second to repr
+        result.append(await coro_fn())
+
     try:
-        return asyncio.run(coro_fn())
+        with few_collections():
+            asyncio.run(main())
     except UserError as exc:
         fail(str(exc))
+    return result[0]
 
 
 def wide() -> Console:

@@ -15,8 +15,6 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from adapters.config import sources_from_settings
-from opsagent.cli.alerts import AlertmanagerOpt, alertmanager, trigger
 from opsagent.cli.common import ExitCode, err, fail, note, out, run, settings, warn, writable, write_text
 from opsagent.cli.live import LiveTree
 from opsagent.cli.options import (
@@ -25,6 +23,7 @@ from opsagent.cli.options import (
     TIMEOUT_S,
     TOKEN_BUDGET,
     WALL_S,
+    AlertmanagerOpt,
     BeamOpt,
     JsonOpt,
     K,
@@ -223,6 +222,10 @@ def investigate_cmd(
                     now=datetime.now(UTC),
                 )
                 return report
+            # the live adapters (Elasticsearch, Kubernetes, Alertmanager…) only for a live investigation
+            from adapters.config import sources_from_settings
+            from opsagent.cli.alerts import alertmanager, trigger
+
             if target is not None:
                 alert = load_alert(target)
             elif asked is not None:

@@ -29,20 +29,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="print JSON in
 MarkdownOpt = Annotated[
     Path | None, typer.Option("--markdown", metavar="FILE", help="also write the report as Markdown here")
 ]
+AlertmanagerOpt = Annotated[
+    str | None,
+    typer.Option("--alertmanager", metavar="URL", help="Alertmanager URL (default: alertmanager.url of the config)"),
+]
 LessonsOpt = Annotated[
     bool,
     typer.Option(
         "--lessons/--no-lessons", metavar="", help="retrieve stored lessons (investigate: and record new ones)"
     ),
 ]
-
-LogLevelOpt = Annotated[str, typer.Option("--log-level", metavar="LEVEL", help="debug, info, warning, error")]
-
-
-def log_level_ok(level: str) -> None:
-    if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        fail(f"unknown log level {level!r}")
-
 
 # ---------------------------------------------------------------- the investigation budget
 

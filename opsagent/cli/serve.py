@@ -14,7 +14,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from opsagent.cli.common import fail
-from opsagent.cli.options import LogLevelOpt, log_level_ok
+from opsagent.cli.loglevel import LogLevelOpt, log_level_ok
 from opsagent.errors import UserError
 from opsagent.logconfig import configure
 from opsagent.redaction import redact_query

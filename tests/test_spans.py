@@ -1,0 +1,62 @@
+"""A span's own time: its duration less the union of its children's intervals clipped to it, so
+parallel calls count once and a child that outlives its parent counts only inside it."""
+
+from __future__ import annotations
+
+from opsagent.analysis.spans import span_times
+from opsagent.fixtures import Span
+
+T0 = 1_700_000_000_000_000_000  # unix ns
+
+
+def span(sid: str, parent: str | None, start_ms: float, duration_ms: float, status: str = "ok") -> Span:
+    return Span.model_validate(
+        {
+            "trace_id": "t",
+            "span_id": sid,
+            "parent_id": parent,
+            "service": f"svc-{sid}",
+            "operation": "op",
+            "start": T0 + int(start_ms * 1_000_000),
+            "duration_us": duration_ms * 1000,
+            "status": status,
+        }
+    )
+
+
+def by_service(spans: list[Span]) -> dict[str, tuple[float, int, bool, bool]]:
+    # unix seconds as floats hold a start to about a quarter of a microsecond: compare to 1 us
+    return {t.service: (round(t.self_ms, 3), t.children, t.error, t.origin_error) for t in span_times(spans)}
+
+
+def test_parallel_children_count_once_and_a_gap_is_the_parents_own() -> None:
+    # parent 0-100 ms; children 10-50 and 30-60 overlap (50 ms covered), 80-90 is another 10 ms
+    times = by_service(
+        [span("p", None, 0, 100), span("a", "p", 10, 40), span("b", "p", 30, 30), span("c", "p", 80, 10)]
+    )
+    assert times["svc-p"] == (40.0, 3, False, False)
+    assert times["svc-a"] == (40.0, 0, False, False)
+
+
+def test_a_single_child_is_clipped_to_its_parent() -> None:
+    # the child starts before and ends after its parent: it covers the parent whole, never more
+    times = by_service([span("p", None, 10, 20), span("a", "p", 0, 50)])
+    assert times["svc-p"] == (0.0, 1, False, False)
+    times = by_service([span("p", None, 0, 100), span("a", "p", 90, 50)])
+    assert times["svc-p"] == (90.0, 1, False, False)
+    times = by_service([span("p", None, 0, 100), span("a", "p", 200, 5)])  # outside: covers nothing
+    assert times["svc-p"] == (100.0, 1, False, False)
+
+
+def test_an_error_originates_in_the_span_whose_children_did_not_fail() -> None:
+    times = by_service([span("p", None, 0, 100, "error"), span("a", "p", 10, 40, "error"), span("b", "p", 60, 10)])
+    assert times["svc-p"][2:] == (True, False)  # it failed because its child did
+    assert times["svc-a"][2:] == (True, True)
+    assert times["svc-b"][2:] == (False, False)
+
+
+def test_no_spans_no_times_and_a_span_keeps_its_start_and_total() -> None:
+    assert span_times([]) == []
+    (only,) = span_times([span("p", None, 250, 12.5)])
+    assert only.start == (T0 + 250_000_000) / 1e9
+    assert only.total_ms == 12.5 and round(only.self_ms, 3) == 12.5 and only.children == 0
