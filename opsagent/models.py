@@ -890,7 +890,7 @@ class Report(BaseModel):
     """One investigation's answer: what ``investigate --json`` prints and the store keeps."""
 
     schema_version: int = Field(
-        default=REPORT_SCHEMA_VERSION, description="the version of this format (README, JSON report)"
+        default=REPORT_SCHEMA_VERSION, description="the version of this format (docs/cli.md, JSON report)"
     )
     incident: Incident
     strategy: str
