@@ -579,7 +579,9 @@ if __name__ == "__main__":
         default=[1, 2],
         help="worker processes to measure --jobs with (comma-separated)",
     )
-    parser.add_argument("--matrix", action="store_true", help="the table of docs/benchmarks/webhook-load.md: every store and replica count")
+    parser.add_argument(
+        "--matrix", action="store_true", help="the table of docs/benchmarks/webhook-load.md: every store, replicas"
+    )
     parsed = parser.parse_args()
     if parsed.matrix and not parsed.jobs:
         parsed.jobs = 60

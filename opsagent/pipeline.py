@@ -274,6 +274,7 @@ def conclude(
         unreadable_sources=dict(toolbox.unreadable),
         budget_exhausted=exhausted,
         next_steps=next_steps(top, winner, outcome, ranked, named=named, changes=in_flight, until=incident.window.end),
+        also_proven=ranking.rivals(winner, outcome.results, outcome.triage.graph) if top and winner else [],
         change=named,
         changes=in_flight,
         cost=cost,
