@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 INCIDENT ?= fixtures/incidents/order-service-threadpool-config
 
-.PHONY: setup demo test lint system-deps replay bench fixtures clean wheel-smoke
+.PHONY: setup demo test lint system-deps replay bench fixtures clean wheel-smoke docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check opsagent adapters tests benchmarks
 	$(VENV)/bin/mypy
 
+## The docs site: regenerate the reference pages from the code, then build with --strict into site/
+## (tests/test_docs.py does the same check and build in `make test`).
+docs: $(STAMP)
+	$(PY) docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 replay: $(STAMP)
 	$(VENV)/bin/opsagent replay fixtures/incidents
 
@@ -58,4 +64,4 @@ fixtures: $(STAMP)
 	$(VENV)/bin/opsagent fixtures validate fixtures/incidents
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

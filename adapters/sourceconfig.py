@@ -374,7 +374,7 @@ class KubernetesConfig(SourceConfig):
         default=Path("/var/run/secrets/kubernetes.io/serviceaccount"), description="the mounted service-account token"
     )
     namespaces: list[str] = Field(
-        default_factory=list, description="namespaces to read; empty: all (needs a ClusterRole, see README)"
+        default_factory=list, description="namespaces to read; empty: all (needs a ClusterRole, see docs/sources.md)"
     )
     service_labels: list[str] = Field(
         default_factory=lambda: ["app.kubernetes.io/name", "app", "k8s-app", "service", "app.kubernetes.io/instance"],

@@ -1,10 +1,12 @@
 """Replay the recorded-incident corpus under each strategy and print the comparison table.
 
-    python benchmarks/replay_bench.py [fixtures/incidents] [--repeat N]
+    python benchmarks/replay_bench.py [fixtures/incidents] [--repeat N] [--tag KEY=VALUE ...]
 
 Prints, per strategy: AC@1, AC@3, Avg@5, kind accuracy, verdicts right, mean tool calls, mean
 estimated tokens, and p50 / max wall time per incident (playbook reasoner, no servers). Wall
-times are the median over --repeat runs of each incident (the machines are noisy).
+times are the median over --repeat runs of each incident (the machines are noisy). ``--tag``
+(repeatable, all must hold) replays a slice: ``--tag sources=traces``, ``--tag fault=config_change``,
+``--tag system=payments``.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ from statistics import median
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from opsagent.fixtures import tag_filter  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
 from opsagent.pipeline import load_default_playbooks  # noqa: E402
-from opsagent.scoreboard import replay  # noqa: E402
+from opsagent.scoreboard import replay, tagged_dirs  # noqa: E402
 from opsagent.strategies import STRATEGIES  # noqa: E402
 
 
-async def main(directory: Path, repeat: int) -> None:
+async def main(directory: Path, repeat: int, tags: list[str]) -> None:
     configure(level="error")
     books = load_default_playbooks()
+    dirs = tagged_dirs(directory, tag_filter(tags))
     rows = []
     for name in STRATEGIES:
-        boards = [await replay(directory, strategy_name=name, playbooks=books) for _ in range(repeat)]
+        boards = [await replay(directory, strategy_name=name, playbooks=books, dirs=dirs) for _ in range(repeat)]
         board = boards[0]
         per_incident = [median(b.scores[i].wall_ms for b in boards) for i in range(len(board.scores))]
         rows.append((name, board, median(per_incident), max(per_incident)))
@@ -49,12 +53,17 @@ async def main(directory: Path, repeat: int) -> None:
             f"{board.verdict_accuracy:>7.3f} {board.mean('tool_calls'):>6.1f} {board.mean('tokens'):>7.0f} "
             f"{p50:>7.0f} {worst:>7.0f}"
         )
-    print(f"\n{len(rows[0][1].scores)} incidents from {directory}, {repeat} run(s) each, {time.strftime('%Y-%m-%d')}")
+    sliced = f" tagged {' '.join(tags)}" if tags else ""
+    print(
+        f"\n{len(rows[0][1].scores)} incidents from {directory}{sliced}, {repeat} run(s) each, "
+        f"{time.strftime('%Y-%m-%d')}"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", nargs="?", type=Path, default=ROOT / "fixtures" / "incidents")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="replay only this slice")
     args = parser.parse_args()
-    asyncio.run(main(args.directory, args.repeat))
+    asyncio.run(main(args.directory, args.repeat, args.tag))

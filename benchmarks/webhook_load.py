@@ -32,7 +32,7 @@ duplicated (a second incident for a group) are counted in the store.
 ``serve --no-workers`` replica while ``opsagent worker`` processes (``--job-workers``: how many, one
 investigation each) drain the queue; prints jobs/min from the first accept to the last job done.
 
-``--matrix`` runs the table the README shows, in one run: SQLite with 1 replica, PostgreSQL with 1
+``--matrix`` runs the table docs/benchmarks/webhook-load.md shows, in one run: SQLite with 1 replica, PostgreSQL with 1
 and 2 replicas, then jobs/min with 1 and 2 worker processes on PostgreSQL.
 """
 
@@ -579,7 +579,9 @@ if __name__ == "__main__":
         default=[1, 2],
         help="worker processes to measure --jobs with (comma-separated)",
     )
-    parser.add_argument("--matrix", action="store_true", help="the README's table: every store and replica count")
+    parser.add_argument(
+        "--matrix", action="store_true", help="the table of docs/benchmarks/webhook-load.md: every store, replicas"
+    )
     parsed = parser.parse_args()
     if parsed.matrix and not parsed.jobs:
         parsed.jobs = 60

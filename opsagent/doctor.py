@@ -216,7 +216,7 @@ async def _probe(config: AnySourceConfig, reader: Any, health: Health, span: Tim
         pods = await reader.objects(kind="Pod")
         if not pods:
             health.problems.append("no pods visible in " + (", ".join(config.namespaces) or "any namespace"))
-            health.fixes.append("check namespaces: and the RBAC of the identity (README: Kubernetes RBAC)")
+            health.fixes.append("check namespaces: and the RBAC of the identity (docs/sources.md: the RBAC it needs)")
     elif isinstance(config, TempoConfig):
         info, health.latency_ms = await _timed(reader.build_info)
         health.version = str(info.get("version")) if info.get("version") else None

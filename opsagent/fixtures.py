@@ -27,7 +27,7 @@ from pydantic import (
     field_validator,
 )
 
-from opsagent.errors import FixtureError, Problem
+from opsagent.errors import ConfigError, FixtureError, Problem
 from opsagent.models import Alert, FaultKind, RolloutStep, TimeRange, possible
 
 TELEMETRY = ("metrics", "logs", "changes", "traces", "kubernetes")
@@ -74,6 +74,47 @@ class Truth(BaseModel):
     expect: Literal["confirmed", "inconclusive"] | None = None
 
 
+TelemetryName = Literal["metrics", "logs", "changes", "traces", "kubernetes"]
+
+
+class Tags(BaseModel):
+    """What a recorded incident is, for choosing slices of the corpus (``replay --tag``,
+    benchmarks): like ``truth``, read by selection and scoring only, never shown to a reasoner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fault: FaultKind | None = Field(default=None, description="the kind of fault (the taxonomy's; truth.kind)")
+    sources: list[TelemetryName] = Field(
+        default_factory=list, description="the telemetry files the recording has, sorted"
+    )
+    system: str | None = Field(default=None, description="the system the incident happened in, e.g. e-commerce")
+
+    def matches(self, wanted: dict[str, str]) -> bool:
+        """Whether every ``key=value`` asked holds: ``sources`` holds the value, the others equal it."""
+        for key, value in wanted.items():
+            if key == "sources":
+                if value not in self.sources:
+                    return False
+            elif getattr(self, key) != value:
+                return False
+        return True
+
+
+#: The keys ``--tag KEY=VALUE`` takes.
+TAG_KEYS = tuple(Tags.model_fields)
+
+
+def tag_filter(pairs: list[str]) -> dict[str, str]:
+    """``["fault=config_change", "sources=traces"]`` as a mapping; a bad pair is a :class:`ConfigError`."""
+    wanted: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not value or key not in TAG_KEYS:
+            raise ConfigError(f"--tag {pair!r}: expected KEY=VALUE, KEY one of {', '.join(TAG_KEYS)}")
+        wanted[key] = value
+    return wanted
+
+
 class IncidentFile(BaseModel):
     """``incident.yaml`` as written on disk."""
 
@@ -85,6 +126,7 @@ class IncidentFile(BaseModel):
     topology: list[Edge] = Field(default_factory=list)
     signals: dict[str, SignalDef] = Field(default_factory=dict)
     meta: str | None = None
+    tags: Tags | None = None
     truth: Truth | None = None
 
     @field_validator("window", "baseline")
@@ -388,6 +430,8 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
         telemetry[name] = [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))
         if path is not None:
             present.add(name)
+    if header is not None and header.tags is not None:
+        problems.extend(_tag_problems(header_path, header.tags, header.truth, present))
     if header is None or problems:
         return None, None, problems
     recording = Recording(
@@ -402,6 +446,23 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
         **telemetry,
     )
     return recording, header.truth, problems
+
+
+def _tag_problems(path: Path, tags: Tags, truth: Truth | None, present: set[str]) -> list[Problem]:
+    """Tags that say something the recording does not: a selection by tag must not lie."""
+    out = []
+    if tags.sources and tags.sources != sorted(present):
+        out.append(Problem(str(path), f"says {tags.sources} but the files are {sorted(present)}", field="tags.sources"))
+    if tags.fault is not None and truth is not None and tags.fault != truth.kind:
+        out.append(Problem(str(path), f"{tags.fault} but truth.kind is {truth.kind}", field="tags.fault"))
+    return out
+
+
+def read_tags(directory: Path) -> Tags | None:
+    """A recorded incident's tags, read from its header alone (selection need not load telemetry);
+    None when it has none or its header cannot be read (loading it names the problem)."""
+    header = _read_header(directory / "incident.yaml", [])
+    return header.tags if header is not None else None
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

@@ -759,6 +759,20 @@ class Suspect(Frozen):
     why: str
 
 
+class ProvenRival(Frozen):
+    """Another cause proven in the same incident, and how it stands to the root cause: caused by it
+    (the root cause accounts for it) or ranked below it, and by what."""
+
+    component: str
+    kind: str
+    status: VerdictStatus
+    relation: Literal["caused_by_root_cause", "ranked_below"] = Field(
+        description="caused_by_root_cause: the root cause accounts for it; ranked_below: both stand, the root "
+        "cause is favoured"
+    )
+    why: str = Field(description="the call-graph path, the playbook's consequence, or what the order is by")
+
+
 class ChangeSuspect(Frozen):
     """A change in flight around onset, ranked by how likely it set the incident off, and why: the
     comparison of its new version with the old, the timing of its steps against onset, and whether
@@ -910,7 +924,7 @@ class Report(BaseModel):
     """One investigation's answer: what ``investigate --json`` prints and the store keeps."""
 
     schema_version: int = Field(
-        default=REPORT_SCHEMA_VERSION, description="the version of this format (README, JSON report)"
+        default=REPORT_SCHEMA_VERSION, description="the version of this format (docs/cli.md, JSON report)"
     )
     incident: Incident
     strategy: str
@@ -927,6 +941,9 @@ class Report(BaseModel):
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
     budget_exhausted: str | None = Field(default=None, description="which budget stopped the investigation")
     next_steps: list[str] = Field(default_factory=list)
+    also_proven: list[ProvenRival] = Field(
+        default_factory=list, description="the other causes proven here, and how each stands to the root cause"
+    )
     change: ChangeSuspect | None = Field(default=None, description="the change the verdict names, when one caused it")
     changes: list[ChangeSuspect] = Field(default_factory=list, description="the changes in flight, most likely first")
     cost: Cost

@@ -277,6 +277,7 @@ def conclude(
         unreadable_sources=dict(toolbox.unreadable),
         budget_exhausted=exhausted,
         next_steps=next_steps(top, winner, outcome, ranked, named=named, changes=in_flight, until=incident.window.end),
+        also_proven=ranking.rivals(winner, outcome.results, outcome.triage.graph) if top and winner else [],
         change=named,
         changes=in_flight,
         cost=cost,
@@ -520,6 +521,17 @@ async def investigate_fixture(
     return report, truth
 
 
+def replay_catalog(recording: Recording, *, use_signals: bool = True) -> SignalCatalog:
+    """The signal catalog a recorded incident is investigated with: the defaults, its ``signals:``
+    block (unless ``use_signals`` is off), and the metric names discovered by convention. Built here
+    only, so the CLI, replay, the benchmarks and the service's fixture provider read a recording
+    alike."""
+    catalog = default_catalog().merged(recording.signals if use_signals else {})
+    if ranking.on("discovery"):  # metric names the catalog has never seen, mapped by convention
+        catalog = catalog.with_discovered(discover(recording.metrics), metric_names(recording.metrics))
+    return catalog
+
+
 async def investigate_recording(
     recording: Recording,
     *,
@@ -535,9 +547,7 @@ async def investigate_recording(
 ) -> Report:
     """Investigate a loaded recording with the replay sources. ``use_signals=False`` ignores the
     recording's ``signals:`` block, as a user who never wrote one would (signal discovery only)."""
-    catalog = default_catalog().merged(recording.signals if use_signals else {})
-    if ranking.on("discovery"):  # metric names the catalog has never seen, mapped by convention
-        catalog = catalog.with_discovered(discover(recording.metrics), metric_names(recording.metrics))
+    catalog = replay_catalog(recording, use_signals=use_signals)
     reasoner = reasoner or PlaybookReasoner(playbooks if playbooks is not None else load_default_playbooks())
     return await investigate(
         recording.alert,

@@ -17,11 +17,12 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Literal
 
 from opsagent.fixtures import Edge
 from opsagent.graph import callees_of, callers_of, descendants
 from opsagent.mechanisms import CALLER_SIDE
-from opsagent.models import CHANGE_KINDS, ChangeSuspect, Hypothesis, HypothesisResult, Suspect
+from opsagent.models import CHANGE_KINDS, ChangeSuspect, Hypothesis, HypothesisResult, ProvenRival, Suspect
 
 # ---------------------------------------------------------------- rules that can be switched off
 
@@ -566,6 +567,53 @@ def explains_hypothesis(a: Hypothesis, b: Hypothesis, graph: list[Edge]) -> bool
     ):
         return True
     return a.component != b.component and a.component in descendants(graph, (b.component,))
+
+
+def rivals(winner: HypothesisResult, results: Sequence[HypothesisResult], graph: list[Edge]) -> list[ProvenRival]:
+    """How each other proven cause stands to the root cause (``winner``), in the order ``suspects``
+    ranks proven causes: the root cause accounts for it, or it ranks below it and by what."""
+    proven = [(r.hypothesis, r) for r in results if r.verdict.status in ("confirmed", "probable")]
+    a = winner.hypothesis
+    out = []
+    for b, r in sorted(proven, key=lambda hr: _proven_order(hr, proven, graph)):
+        if b.id == a.id:
+            continue
+        relation, why = _relation(a, winner, b, r, proven, graph)
+        out.append(ProvenRival(component=b.component, kind=b.kind, status=r.verdict.status, relation=relation, why=why))
+    return out
+
+
+def _relation(
+    a: Hypothesis,
+    ra: HypothesisResult,
+    b: Hypothesis,
+    rb: HypothesisResult,
+    proven: list[tuple[Hypothesis, HypothesisResult]],
+    graph: list[Edge],
+) -> tuple[Literal["caused_by_root_cause", "ranked_below"], str]:
+    """Why ``a`` (the root cause) stands above ``b``, in the terms of ``_proven_order``."""
+    if explains_hypothesis(a, b, graph) and not explains_hypothesis(b, a, graph):
+        if a.component == b.component:
+            return "caused_by_root_cause", f"{a.kind} sets off {b.kind} on the same component (its playbook says so)"
+        if a.component in descendants(graph, (b.component,)):
+            return "caused_by_root_cause", (
+                f"{b.component} calls {a.component}: {a.component}'s {a.kind} is what {b.component} shows"
+            )
+        return "caused_by_root_cause", f"{a.component} sits beside {b.component}, and {a.kind} sets off {b.kind}"
+    if ra.verdict.status != rb.verdict.status:
+        return "ranked_below", f"the root cause is {ra.verdict.status}; this one only {rb.verdict.status}"
+    if a.kind in CHANGE_KINDS and b.kind not in CHANGE_KINDS:
+        return "ranked_below", f"both proven; a change ({a.kind}) comes first: it is what moved"
+    ea = sum(1 for o, _ in proven if o is not a and explains_hypothesis(a, o, graph))
+    eb = sum(1 for o, _ in proven if o is not b and explains_hypothesis(b, o, graph))
+    if ea != eb:
+        return "ranked_below", (
+            f"both proven; the root cause accounts for {ea} of the other proven causes, this one for {eb}"
+        )
+    return "ranked_below", (
+        f"both proven; the evidence favours the root cause: hypothesis score {a.score:.3f} against {b.score:.3f} "
+        "(prior x fit x triage)"
+    )
 
 
 def _siblings(a: str, b: str, graph: list[Edge]) -> bool:

@@ -76,6 +76,45 @@ def headline(report: Report) -> str:
     return f"{report.status.upper()}: {rc.kind} on {rc.component} (confidence {report.confidence:.2f})"
 
 
+#: What the suspects' order is by: a proven cause's score is its hypothesis score, the rest's their
+#: triage score, so the printed scores need not fall from top to bottom (opsagent.ranking.suspects).
+SUSPECT_ORDER = (
+    "ordered by verdict: proven causes first (a change, then a cause that accounts for another, then the "
+    "higher hypothesis score), then the rest by triage score"
+)
+
+
+def first_action(report: Report) -> tuple[str, str] | None:
+    """The one thing to do first and why, for the first lines of every view (None without a next step)."""
+    if not report.next_steps:
+        return None
+    action = report.next_steps[0]
+    rc = report.root_cause
+    if rc is not None:
+        sources = sorted({e.source.value for e in report.evidence})
+        why = (
+            f"{rc.kind} on {rc.component} is {report.status} by {len(report.evidence)} observation(s) "
+            f"from {', '.join(sources) or 'no source'}"
+        )
+        if report.change is not None:
+            why += f"; {report.change.id} is the change that set it off"
+        return action, why
+    top = report.suspects[0] if report.suspects else None
+    why = "nothing was proven"
+    if top is not None:
+        why += f"; {top.component} ranks first: {top.why}"
+    return action, why
+
+
+def rival_lines(report: Report) -> list[str]:
+    """Each other proven cause and how it stands to the root cause, one line each."""
+    out = []
+    for r in report.also_proven:
+        how = "caused by the root cause" if r.relation == "caused_by_root_cause" else "ranked below the root cause"
+        out.append(f"Also {r.status}: {r.kind} on {r.component}, {how}: {r.why}")
+    return out
+
+
 def model_summary(report: Report) -> str | None:
     """One line on the LLM reasoner's part: model, calls, tokens, cost, what fell back (None for
     the playbook reasoner)."""
@@ -107,7 +146,13 @@ def cost_line(report: Report) -> str:
 
 def other_results(report: Report) -> list[HypothesisResult]:
     """Verified hypotheses that are neither the conclusion nor ruled out."""
-    return [r for r in report.results if r.verdict.status != "refuted" and r.verdict.supporting != report.evidence]
+    rc = report.root_cause
+    return [
+        r
+        for r in report.results
+        if r.verdict.status != "refuted"
+        and (rc is None or (r.hypothesis.component, r.hypothesis.kind) != (rc.component, rc.kind))
+    ]
 
 
 def held_back(report: Report) -> list[tuple[str, LessonUse]]:
@@ -300,8 +345,13 @@ def renderables(report: Report) -> list[RenderableType]:
             style="dim",
         ),
         Text(f"\n{headline(report)}", style=_STYLE.get(report.status, "bold")),
-        Text(report.statement),
     ]
+    first = first_action(report)
+    if first is not None:
+        body.append(Text.assemble(("Do first: ", "bold"), first[0]))
+        body.append(_indented(f"why: {first[1]}", style="dim"))
+    body.extend(Text(line, style="yellow") for line in rival_lines(report))
+    body.append(Text(report.statement))
     if report.evidence:
         body.append(_section("Evidence"))
         grid = _grid(None, None, 1)
@@ -343,7 +393,7 @@ def renderables(report: Report) -> list[RenderableType]:
             grid.add_row(Text(str(i)), Text(s.component), Text(s.kind), Text(s.status), Text(f"{s.score:.3f}"))
             if s.why:
                 whys.add_row(Text(f"{i}.", style="dim"), Text(s.why, style="dim"))
-        body.extend([grid, Text("why:", style="dim"), whys])
+        body.extend([grid, Text(SUSPECT_ORDER, style="dim"), Text("why:", style="dim"), whys])
     if report.changes:
         body.append(_section("Changes in flight"))
         grid = _grid(None, None, None, None, None, None)
@@ -484,9 +534,12 @@ def to_markdown(report: Report) -> str:
         "",
         f"## {_md(headline(report))}",
         "",
-        _md(report.statement),
-        "",
     ]
+    first = first_action(report)
+    if first is not None:
+        lines += [f"**Do first:** {_md(first[0])}", "", f"Why: {_md(first[1])}", ""]
+    lines += [f"- {_md(line)}" for line in rival_lines(report)] + ([""] if report.also_proven else [])
+    lines += [_md(report.statement), ""]
     if report.evidence:
         lines += ["## Evidence", ""]
         lines += [f"- `{e.observation_id}` ({e.source.value}) {_md(e.statement)}" for e in report.evidence]
@@ -515,7 +568,8 @@ def to_markdown(report: Report) -> str:
         lines.append("")
     if report.search is not None and report.search.rounds:
         lines += ["## Search tree", "", *search_markdown(report.search)]
-    lines += ["## Suspects", "", "| # | component | kind | status | score | why |", "|---|---|---|---|---|---|"]
+    lines += ["## Suspects", "", f"_{_md(SUSPECT_ORDER)}_", ""]
+    lines += ["| # | component | kind | status | score | why |", "|---|---|---|---|---|---|"]
     for i, s in enumerate(report.suspects[:8], 1):
         cells = (str(i), s.component, s.kind, s.status, f"{s.score:.3f}", s.why)
         lines.append("| " + " | ".join(_md(c, cell=True) for c in cells) + " |")

@@ -17,7 +17,7 @@ from statistics import median
 from pydantic import BaseModel
 
 from opsagent.errors import FixtureError, Problem
-from opsagent.fixtures import Truth
+from opsagent.fixtures import Truth, read_tags
 from opsagent.lessons import LessonMemory, from_truth, misled_by
 from opsagent.loop import Budget
 from opsagent.models import Report
@@ -133,6 +133,19 @@ def fixture_dirs(root: Path) -> list[Path]:
     if not dirs:
         raise FixtureError([Problem(str(root), "no recorded incidents here (directories with incident.yaml)")])
     return dirs
+
+
+def tagged_dirs(root: Path, wanted: dict[str, str]) -> list[Path]:
+    """The recorded incidents under ``root`` whose tags match every ``key=value`` wanted (all of
+    them when nothing is wanted); an incident without tags matches no tag."""
+    dirs = fixture_dirs(root)
+    if not wanted:
+        return dirs
+    chosen = [d for d in dirs if (tags := read_tags(d)) is not None and tags.matches(wanted)]
+    if not chosen:
+        asked = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        raise FixtureError([Problem(str(root), f"no recorded incident here is tagged {asked}")])
+    return chosen
 
 
 async def replay(

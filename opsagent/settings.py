@@ -253,4 +253,6 @@ def load_settings() -> Settings:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid configuration ({path or 'environment'}): {problems}") from exc
     except (TypeError, ValueError, AttributeError) as exc:  # YAML, but not a mapping of settings
-        raise ConfigError(f"config file {path}: expected a mapping of settings, as in the README ({exc})") from exc
+        raise ConfigError(
+            f"config file {path}: expected a mapping of settings, as in docs/configuration.md ({exc})"
+        ) from exc

@@ -8,6 +8,8 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import yaml
+
 from opsagent.models import ChangesData, KubernetesData
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from tests.conftest import INCIDENTS
@@ -55,6 +57,9 @@ def test_without_the_cluster_the_same_telemetry_reads_as_a_leak(tmp_path: Path) 
     blind = tmp_path / "cart-memory-limit-oomkill"
     shutil.copytree(FIXTURE, blind)
     (blind / "kubernetes.jsonl").unlink()
+    header = yaml.safe_load((blind / "incident.yaml").read_text(encoding="utf-8"))
+    header["tags"]["sources"].remove("kubernetes")  # the header must not claim what is no longer there
+    (blind / "incident.yaml").write_text(yaml.safe_dump(header, sort_keys=False), encoding="utf-8")
     report, truth = asyncio.run(investigate_fixture(blind, playbooks=PLAYBOOKS))
     assert truth is not None
     assert report.root_cause is None or report.root_cause.kind != "config_change"

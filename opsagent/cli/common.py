@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 class ExitCode(IntEnum):
-    """What ``opsagent`` exits with (README, Exit codes)."""
+    """What ``opsagent`` exits with (docs/cli.md, Exit codes)."""
 
     #: done, and the answer is what was asked for: a cause concluded, every source healthy, all valid
     OK = 0

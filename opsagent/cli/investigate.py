@@ -252,8 +252,7 @@ def investigate_cmd(
                 view.live.stop()
 
     report = run(go)
-    if memory is not None:
-        remember(memory, report)
+    report = remember(memory, report) if memory is not None else unwritten(report)
     written = emit(report, as_json=as_json, markdown=markdown)
     if show_prompts:
         print_prompts(report, err if as_json else out)
@@ -269,7 +268,7 @@ def demo_cmd(as_json: JsonOpt = False) -> None:
     if not as_json:
         note(f"replaying the recorded incident {incident.name} shipped with opsagent")
     report, _ = run(lambda: investigate_fixture(incident, playbooks=load_default_playbooks(), now=datetime.now(UTC)))
-    emit(report, as_json=as_json, markdown=None)
+    emit(unwritten(report), as_json=as_json, markdown=None)
     raise typer.Exit(exit_code(report))
 
 
@@ -324,23 +323,32 @@ def lessons_or_warn(config: Settings) -> tuple[Store | None, list[Lesson]]:
         return None, []
 
 
-def remember(memory: Store, report: Report) -> None:
-    """Keep the investigation (``opsagent investigations``, ``feedback``) and the lessons it teaches."""
+def unwritten(report: Report) -> Report:
+    """The report of a run that recorded no lesson: it does not list lessons as written."""
+    return report.model_copy(update={"lessons": []})
+
+
+def remember(memory: Store, report: Report) -> Report:
+    """Keep the investigation (``opsagent investigations``, ``feedback``) and the lessons it teaches;
+    the report comes back listing only the lessons that were recorded."""
     try:
-        memory.save_investigation(report)
-        memory.count_use([u.lesson_id for u in report.lessons_used])
         issues = rule_check(report)
+        kept = report if not issues else unwritten(report)
+        memory.save_investigation(kept)
+        memory.count_use([u.lesson_id for u in report.lessons_used])
         if issues:
             note(f"no lessons written: the conclusion fails rule checks ({'; '.join(issues)})")
-            return
+            return kept
         merged = sum(memory.upsert_lesson(le)[1] for le in report.lessons)
         if report.lessons:
             note(
                 f"{len(report.lessons)} lesson(s) recorded ({merged} merged into existing ones); "
                 f"review with `opsagent lessons list`"
             )
+        return report
     except StoreError as exc:
         warn(f"not recorded: {exc}")
+        return unwritten(report)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,11 +11,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from opsagent.cli.common import note, run, settings, warn, wide
+from opsagent.cli.common import fail, note, run, settings, warn, wide
 from opsagent.cli.investigate import lessons_or_warn
 from opsagent.cli.options import JsonOpt, LessonsOpt, PlaybooksOpt, StrategyOpt
+from opsagent.errors import UserError
+from opsagent.fixtures import tag_filter
 from opsagent.pipeline import load_default_playbooks
-from opsagent.scoreboard import IncidentScore, Scoreboard, replay
+from opsagent.scoreboard import IncidentScore, Scoreboard, replay, tagged_dirs
 from opsagent.store import StoreError
 from opsagent.strategies import strategy
 
@@ -79,8 +81,20 @@ def replay_cmd(
     learn: Annotated[
         bool, typer.Option("--learn", metavar="", help="store the lessons each incident teaches (vs its truth)")
     ] = False,
+    tags: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag",
+            metavar="KEY=VALUE",
+            help="only incidents tagged so (fault=KIND, sources=traces, system=NAME); repeat: all must hold",
+        ),
+    ] = None,
 ) -> None:
     """Replay recorded incidents and print a scoreboard (AC@1, AC@3, Avg@5, kind accuracy)."""
+    try:
+        dirs = tagged_dirs(directory, tag_filter(tags or []))
+    except UserError as exc:
+        fail(str(exc))
     config = settings()
     memory, _ = lessons_or_warn(config) if learn or use_lessons else (None, [])
 
@@ -94,6 +108,7 @@ def replay_cmd(
             memory=memory,
             use_lessons=use_lessons,
             learn=learn,
+            dirs=dirs,
         )
 
     board = run(go)

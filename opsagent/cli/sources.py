@@ -93,7 +93,7 @@ def doctor(
     if config.sources.empty():
         fail(
             "no live sources configured: add a `sources:` section to the config file "
-            "(see README, Live sources); alerts are investigated with no source until then"
+            "(see docs/sources.md); alerts are investigated with no source until then"
         )
     now = datetime.now(UTC)
     try:

@@ -10,10 +10,12 @@ from urllib.parse import urlencode
 
 from opsagent.models import Evidence, Report, SearchTree
 from opsagent.report import (
+    SUSPECT_ORDER,
     change_rows,
     clock_on,
     cost_line,
     feedback_commands,
+    first_action,
     held_back,
     held_back_text,
     lesson_written,
@@ -21,6 +23,7 @@ from opsagent.report import (
     other_results,
     outline,
     plan_outline,
+    rival_lines,
     tree_summary,
     when,
 )
@@ -45,6 +48,7 @@ ul{margin:4px 0;padding-left:20px}details{background:#fff;border:1px solid #dde1
 padding:6px 12px;margin:8px 0}summary{cursor:pointer;font-weight:600}details details{border:0;padding:0 0 0 14px;
 margin:2px 0}details details summary{font-weight:400}.steps{color:#5b6570;font-size:12px}
 .confirmed-mark{color:#1a7f37}.refuted-mark{color:#c62828}pre.cmd{background:#eef0f3;padding:6px 10px;margin:4px 0}
+.do-first{font-size:15px;margin:6px 0 8px}.rival{margin:4px 0;color:#6e4f00}
 """
 
 
@@ -152,9 +156,16 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
     )
     inc = report.incident
     when_line = f"onset {e(when(inc.onset))}" + (f" · alert fired {e(when(inc.alerted_at))}" if inc.alerted_at else "")
+    first = first_action(report)
+    do_first = (
+        f"<p class='do-first'><b>Do first:</b> {e(first[0])}<br><span class='meta'>why: {e(first[1])}</span></p>"
+        if first is not None
+        else ""
+    )
+    rivals = "".join(f"<p class='rival'>{e(line)}</p>" for line in rival_lines(report))
     parts.append(
-        f"<div class='panel verdict'><div class='headline'>{headline}</div><div>{e(report.statement)}</div>"
-        f"<p class='meta'>{when_line}</p></div>"
+        f"<div class='panel verdict'><div class='headline'>{headline}</div>{do_first}{rivals}"
+        f"<div>{e(report.statement)}</div><p class='meta'>{when_line}</p></div>"
     )
     alert_charts = [c for c in charts if c.role == "alert"]
     if alert_charts:
@@ -212,7 +223,8 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         parts.append("<h2>Search tree</h2>" + _search(report.search))
 
     parts.append(
-        "<h2>Suspects</h2><table><tr><th>#</th><th>component</th><th>kind</th><th>status</th><th>score</th>"
+        f"<h2>Suspects</h2><p class='meta'>{e(SUSPECT_ORDER)}</p>"
+        "<table><tr><th>#</th><th>component</th><th>kind</th><th>status</th><th>score</th>"
         "<th>why</th></tr>"
     )
     parts.extend(

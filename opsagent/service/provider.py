@@ -25,10 +25,11 @@ from adapters.live import LiveMetrics
 from adapters.replay import ReplayMetrics, replay_sources
 from adapters.sourceconfig import SourcesConfig
 from opsagent.analysis.series import as_rate
-from opsagent.catalog import SignalCatalog, default_catalog
+from opsagent.catalog import SignalCatalog
 from opsagent.fixtures import Edge, MetricSeries, Recording, SignalDef, load, unix
 from opsagent.incident import alert_services
 from opsagent.models import Alert
+from opsagent.pipeline import replay_catalog
 from opsagent.settings import Settings
 from opsagent.sources import Sources
 from opsagent.stats import Sample, combine
@@ -223,7 +224,7 @@ class FixtureProvider:
         if slug is None:
             return None
         recording = self.recording(slug)
-        catalog = default_catalog().merged(recording.signals)
+        catalog = replay_catalog(recording)  # as the CLI and replay build it: discovery included
         sources = replay_sources(recording, catalog)
         metrics = sources.metrics
         return Plan(

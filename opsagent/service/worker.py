@@ -114,6 +114,7 @@ class Worker:
         issues = rule_check(report)
         if issues:  # a live incident has no truth to learn against: only conclusions that pass the rules teach
             log.info("worker.lessons_skipped", incident_id=job.incident_id, issues=issues)
+            report = report.model_copy(update={"lessons": []})  # its page does not list them as written
         rc = report.root_cause
         outcome = JobOutcome(
             outcome=report.status,
