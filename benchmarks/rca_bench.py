@@ -423,7 +423,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"{'rule':<22} " + " ".join(f"{n:>10}" for n in names))
             base = {n: ac(await run_set(loaded[n], spec="hybrid", books=books), 1) for n in names}
             print(f"{'(all rules on)':<22} " + " ".join(f"{base[n]:>10.3f}" for n in names))
-            for rule in ranking.RULES:
+            for rule in args.rules.split(",") if args.rules else ranking.RULES:
                 with ranking.without(rule):
                     cells = [ac(await run_set(loaded[n], spec="hybrid", books=books), 1) for n in names]
                 print(f"{rule:<22} " + " ".join(f"{c:>10.3f}" for c in cells), flush=True)
@@ -441,6 +441,7 @@ if __name__ == "__main__":
     parser.add_argument("--strategies", default="hybrid,react", help="comma-separated, or all")
     parser.add_argument("--no-llm", action="store_true", help="skip the pass with the LLM reasoner (llm column)")
     parser.add_argument("--ablate", action="store_true", help="AC@1 with each ranking rule switched off")
+    parser.add_argument("--rules", default="", help="with --ablate: only these rules (comma-separated)")
     parser.add_argument("--no-signals-table", action="store_true")
     parser.add_argument("--misses", action="store_true", help="list hybrid's misses at top-1")
     asyncio.run(main(parser.parse_args()))

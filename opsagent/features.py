@@ -286,11 +286,12 @@ def _version_features(profile: Profile, obs: Observation, data: VersionsData, in
             profile.add(feature, weight, obs, outcome.value)
 
 
-def add_mechanism_features(profiles: dict[str, Profile], observations: list[Observation]) -> None:
+def add_mechanism_features(profiles: dict[str, Profile], observations: list[Observation]) -> dict[str, str]:
     """``mech:<detector>`` features: each fault mechanism's evidence, weighed by how surprising it is
-    against the other components of the same incident (:mod:`opsagent.mechanisms`)."""
+    against the other components of the same incident (:mod:`opsagent.mechanisms`). Returns, per
+    detector, what it ran over or why it could not run."""
     if not ranking.on("mechanisms"):
-        return
+        return {}
     by_id = {o.id: o for o in observations}
     found: dict[str, dict[str, mechanisms.Finding]] = defaultdict(dict)
     own: dict[str, tuple[float, str]] = {}
@@ -299,7 +300,8 @@ def add_mechanism_features(profiles: dict[str, Profile], observations: list[Obse
         if obs.ok and isinstance(data, LogsData) and data.service is not None:
             lines = sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
             own[data.service] = (lines / max(data.window_minutes, 1.0), obs.id)
-    for f in [*mechanisms.findings(observations), *mechanisms.own_error_findings(own)]:
+    every = [*mechanisms.findings(observations), *mechanisms.own_error_findings(own)]
+    for f in every:
         weight = mechanisms.mechanism_weight(f.surprise)
         if weight > 0:
             found[f.component][f.feature] = f
@@ -309,6 +311,7 @@ def add_mechanism_features(profiles: dict[str, Profile], observations: list[Obse
             f = per[feature]
             why = f"{f.why}; x{f.surprise:.0f} the spread of the other components"
             profiles[component].add(feature, mechanisms.mechanism_weight(f.surprise), by_id[f.observation], why)
+    return mechanisms.coverage(observations, every)
 
 
 def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None:

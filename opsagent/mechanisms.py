@@ -31,7 +31,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
-from opsagent.models import MetricsData, Observation, TracesData
+from opsagent.analysis.gaps import MIN_CALLS
+from opsagent.models import LogsData, MetricsData, Observation, TracesData
+
+MIN_CALLS_TEXT = f"at least {MIN_CALLS}"
 
 #: Scale of the median absolute deviation to a standard deviation, for normally spread values.
 MAD_SCALE = 1.4826
@@ -244,4 +247,47 @@ def explained_within(found: Mapping[str, float]) -> dict[str, float]:
     out = dict(found)
     if any(k.startswith("mech:capacity:") for k in out):
         out.pop("mech:calls_in", None)
+    return out
+
+
+def coverage(observations: list[Observation], found: Iterable[Finding]) -> dict[str, str]:
+    """Per detector, what it ran over, or why it could not run (a report says so rather than scoring
+    silently zero)."""
+    found = list(found)
+    ran: dict[str, set[str]] = {}
+    for f in found:
+        ran.setdefault(f.detector, set()).add(f.component)
+    limited = any(
+        o.ok
+        and isinstance(o.data, MetricsData)
+        and any(s.signal in CAPACITY_SIGNALS for s in o.data.stats if s.scope == "service")
+        for o in observations
+    )
+    traced = any(o.ok and isinstance(o.data, TracesData) and o.data.services for o in observations)
+    logged = any(o.ok and isinstance(o.data, LogsData) and o.data.service is not None for o in observations)
+    out: dict[str, str] = {}
+    if CAPACITY.name in ran:
+        out[CAPACITY.name] = f"ran over {len(ran[CAPACITY.name])} components with a known limit"
+    elif limited:
+        out[CAPACITY.name] = (
+            "could not run: the saturation signals have no usable limit (none, 0, not finite, or exceeded by "
+            "more than half): give the catalog's signal a limit"
+        )
+    else:
+        out[CAPACITY.name] = "could not run: no saturation signal (" + ", ".join(CAPACITY_SIGNALS) + ") was read"
+    if CALLS_IN.name in ran:
+        out[CALLS_IN.name] = f"ran over calls into {len(ran[CALLS_IN.name])} components"
+    elif traced:
+        out[CALLS_IN.name] = (
+            f"could not run: no call edge had a client span over one server span, with {MIN_CALLS_TEXT} calls "
+            "before and after onset"
+        )
+    else:
+        out[CALLS_IN.name] = "could not run: no traces were read"
+    if OWN_ERRORS.name in ran:
+        out[OWN_ERRORS.name] = f"ran over the logs of {len(ran[OWN_ERRORS.name])} components"
+    elif logged:
+        out[OWN_ERRORS.name] = "could not run: no component's logs were summarised"
+    else:
+        out[OWN_ERRORS.name] = "could not run: no logs were read"
     return out

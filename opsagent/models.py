@@ -939,6 +939,10 @@ class Report(BaseModel):
     lessons: list[Lesson]
     lessons_used: list[LessonUse] = Field(default_factory=list)
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
+    detectors: dict[str, str] = Field(
+        default_factory=dict,
+        description="per fault-mechanism detector (opsagent.mechanisms): what it ran over, or why it could not run",
+    )
     budget_exhausted: str | None = Field(default=None, description="which budget stopped the investigation")
     next_steps: list[str] = Field(default_factory=list)
     also_proven: list[ProvenRival] = Field(

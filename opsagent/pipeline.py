@@ -275,6 +275,7 @@ def conclude(
         lessons=lessons,
         lessons_used=lesson_uses(outcome),
         unreadable_sources=dict(toolbox.unreadable),
+        detectors=dict(outcome.triage.detectors),
         budget_exhausted=exhausted,
         next_steps=next_steps(top, winner, outcome, ranked, named=named, changes=in_flight, until=incident.window.end),
         also_proven=ranking.rivals(winner, outcome.results, outcome.triage.graph) if top and winner else [],

@@ -409,6 +409,11 @@ def renderables(report: Report) -> list[RenderableType]:
         body.append(_section("Sources that could not be read"))
         for k, v in report.unreadable_sources.items():
             body.append(_indented(f"{k}: {v}", style="yellow"))
+    if any(v.startswith("could not run") for v in report.detectors.values()):
+        body.append(_section("Detectors that could not run"))
+        for k, v in report.detectors.items():
+            if v.startswith("could not run"):
+                body.append(_indented(f"{k}: {v}", style="dim"))
     if report.lessons_used:
         body.append(_section("Lessons used"))
         for u in report.lessons_used:
@@ -582,6 +587,10 @@ def to_markdown(report: Report) -> str:
     if report.unreadable_sources:
         lines += ["## Sources that could not be read", ""]
         lines += [f"- {_md(k)}: {_md(v)}" for k, v in report.unreadable_sources.items()]
+        lines.append("")
+    if report.detectors:
+        lines += ["## Fault-mechanism detectors", ""]
+        lines += [f"- {_md(k)}: {_md(v)}" for k, v in report.detectors.items()]
         lines.append("")
     if report.lessons_used:
         lines += ["## Lessons used", ""]

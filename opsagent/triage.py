@@ -53,6 +53,9 @@ class Triage(BaseModel):
     )
     source_kinds: list[SourceKind] = Field(description="kinds of source that returned data")
     changes: list[ChangeRecord] = Field(default_factory=list, description="changes around onset")
+    detectors: dict[str, str] = Field(
+        default_factory=dict, description="per fault-mechanism detector: what it ran over, or why it could not run"
+    )
 
     def profile(self, component: str) -> ComponentProfile | None:
         return next((c for c in self.components if c.component == component), None)
@@ -83,7 +86,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     )
     used = [scan, changes, traces, logs_all, *kube, *per_service, *versions]
     profiles = profiles_from(used, incident)
-    add_mechanism_features(profiles, used)
+    detectors = add_mechanism_features(profiles, used)
     ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()}, graph)
     ranking.weigh_by_elimination({c: p.features for c, p in profiles.items()})
     add_caller_features(profiles, graph)
@@ -121,4 +124,5 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
         read_ids=[o.id for o in [scan, changes, traces, logs_all, *kube, *versions]],
         source_kinds=kinds,
         changes=seen_changes,
+        detectors=detectors,
     )

@@ -1,0 +1,296 @@
+"""Evidence by fault mechanism (opsagent/mechanisms.py, opsagent/analysis/gaps.py): each detector's
+value judged against the other components of the same incident, the kind each names, the
+confirmation discipline that follows, and what the report says when a detector cannot run."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from opsagent import mechanisms, ranking
+from opsagent.analysis.gaps import call_gaps
+from opsagent.fixtures import Edge, Span, load
+from opsagent.incident import open_incident
+from opsagent.models import (
+    Action,
+    Alert,
+    CallGap,
+    MetricsData,
+    Observation,
+    SeriesStats,
+    SourceKind,
+    TracesData,
+)
+from opsagent.pipeline import investigate_recording
+from opsagent.playbooks import Check, Context, Expectation
+from opsagent.reasoner import PlaybookReasoner
+from tests.conftest import ROOT
+
+ONSET = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _incident():  # type: ignore[no-untyped-def]
+    alert = Alert(labels={"alertname": "Slow", "service": "web"}, startsAt=ONSET)
+    from opsagent.models import TimeRange
+
+    window = TimeRange(start=ONSET - timedelta(minutes=10), end=ONSET + timedelta(minutes=5))
+    baseline = TimeRange(start=ONSET - timedelta(minutes=10), end=ONSET - timedelta(minutes=5))
+    return open_incident(alert, window=window, baseline=baseline)
+
+
+def _call(trace: str, caller: str, callee: str, at: datetime, client_ms: float, server_ms: float) -> list[Span]:
+    """A caller's client span with the callee's server span under it."""
+    start = int(at.timestamp() * 1e9)
+    return [
+        Span(
+            trace_id=trace,
+            span_id=f"{trace}-c",
+            parent_id=None,
+            service=caller,
+            operation="HTTP GET",
+            start=start,
+            duration_us=int(client_ms * 1000),
+            status="ok",
+        ),
+        Span(
+            trace_id=trace,
+            span_id=f"{trace}-s",
+            parent_id=f"{trace}-c",
+            service=callee,
+            operation="GET /x",
+            start=start + 1000,
+            duration_us=int(server_ms * 1000),
+            status="ok",
+        ),
+    ]
+
+
+def _spans(caller: str, callee: str, *, before_ms: float, after_ms: float, n: int = 6) -> list[Span]:
+    out: list[Span] = []
+    for i in range(n):
+        at = ONSET - timedelta(minutes=8) + timedelta(seconds=10 * i)
+        out += _call(f"{caller}-{callee}-b{i}", caller, callee, at, 10 + before_ms + i * 0.1, 10)
+        at = ONSET + timedelta(seconds=20 + 10 * i)
+        out += _call(f"{caller}-{callee}-w{i}", caller, callee, at, 10 + after_ms + i * 0.1, 10)
+    return out
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def test_a_value_is_judged_against_the_other_components_of_the_incident() -> None:
+    values = {"a": 0.9, "b": 0.02, "c": 0.03, "d": 0.01, "e": 0.04}
+    s = mechanisms.surprise(values, floor=0.02)
+    assert s["a"] > mechanisms.CLEAR > max(s["b"], s["c"], s["d"], s["e"])
+    # the same value among components that all moved as much is no surprise
+    noisy = {"a": 0.9, "b": 0.8, "c": 0.85, "d": 0.95, "e": 0.7}
+    assert mechanisms.surprise(noisy, floor=0.02)["a"] < mechanisms.CLEAR
+
+
+def test_with_few_other_components_the_floor_says_what_a_difference_is() -> None:
+    s = mechanisms.surprise({"a": 0.1, "b": 0.0}, floor=0.02)
+    assert s["a"] == pytest.approx(5.0)
+    assert mechanisms.mechanism_weight(5.0) == 0.0  # below CLEAR weighs nothing
+    assert 0 < mechanisms.mechanism_weight(mechanisms.CLEAR) <= mechanisms.mechanism_weight(1e6) == mechanisms.MECH_CAP
+
+
+# ---------------------------------------------------------------- the gap between the ends of a call
+
+
+def test_the_gap_of_calls_into_a_component_is_compared_before_and_after_onset() -> None:
+    gaps = call_gaps(_spans("web", "cart", before_ms=2, after_ms=400), incident=_incident())
+    (g,) = gaps
+    assert (g.caller, g.callee) == ("web", "cart")
+    assert g.gap_ms_baseline == pytest.approx(2.25, abs=0.5) and g.gap_ms_window == pytest.approx(400.25, abs=0.5)
+    assert g.calls_baseline == g.calls_window == 6
+
+
+def test_a_parent_with_several_children_is_not_a_client_span() -> None:
+    spans = _spans("web", "cart", before_ms=2, after_ms=400)
+    # a second child under every client span: the parent holds other work than the one call
+    extra = [
+        s.model_copy(update={"span_id": s.span_id + "-2", "service": "stock"}) for s in spans if s.parent_id is not None
+    ]
+    assert call_gaps([*spans, *extra], incident=_incident()) == []
+
+
+def test_without_calls_in_the_baseline_the_minutes_before_onset_stand_in() -> None:
+    incident = _incident()
+    late = incident.model_copy(
+        update={
+            "baseline": incident.baseline.model_copy(update={"end": incident.baseline.start + timedelta(seconds=1)})
+        }
+    )
+    (g,) = call_gaps(_spans("web", "cart", before_ms=2, after_ms=400), incident=late)
+    assert g.calls_baseline == 6  # read between the window's start and onset
+
+
+def _traces(gaps: list[CallGap]) -> Observation:
+    return Observation(
+        id="t-1",
+        action=Action(tool="traces.summary"),
+        source=SourceKind.traces,
+        data=TracesData(services=[], slowest_operations=[], error_spans={}, blocked_parents=[], call_gaps=gaps),
+        text="",
+        tokens=1,
+    )
+
+
+def _gap(caller: str, callee: str, before: float, after: float) -> CallGap:
+    return CallGap(
+        caller=caller,
+        callee=callee,
+        calls_baseline=10,
+        calls_window=10,
+        gap_ms_baseline=before,
+        gap_ms_window=after,
+        spread_ms_baseline=0.5,
+    )
+
+
+QUIET = [_gap(f"svc{i}", f"dep{i}", 1.0, 1.0 + 0.1 * i) for i in range(6)]
+
+
+def test_calls_into_a_component_slowed_from_its_callers_name_it() -> None:
+    found = mechanisms.calls_in_findings([_traces([*QUIET, _gap("web", "cart", 2, 900), _gap("api", "cart", 2, 880)])])
+    cart = next(f for f in found if f.component == "cart")
+    assert cart.surprise > mechanisms.CLEAR and "+898 ms" in cart.why and "2 of 2 callers slowed" in cart.why
+    assert all(f.surprise == 0 for f in found if f.component != "cart")
+
+
+def test_its_own_outbound_calls_slowing_alike_take_the_blame_off_the_wire_into_it() -> None:
+    # cart's calls out slowed as much as the calls into it: the time is not lost on the way in
+    found = mechanisms.calls_in_findings([_traces([*QUIET, _gap("web", "cart", 2, 900), _gap("cart", "db", 2, 900)])])
+    cart = next(f for f in found if f.component == "cart")
+    assert cart.value < mechanisms.CALLS_IN.minimum and cart.surprise == 0
+
+
+def test_a_caller_out_of_capacity_explains_the_slower_calls_it_makes() -> None:
+    found = mechanisms.calls_in_findings([_traces([*QUIET, _gap("web", "cart", 2, 900)])], saturated=frozenset({"web"}))
+    assert all(f.component != "cart" for f in found)
+
+
+# ---------------------------------------------------------------- capacity used
+
+
+def _cpu(component: str, before: float, peak: float, limit: float | None) -> SeriesStats:
+    return SeriesStats(
+        signal="cpu_usage",
+        component=component,
+        query="q",
+        series=1,
+        baseline_mean=before,
+        baseline_std=1.0,
+        window_mean=peak,
+        window_max=peak,
+        peak_ratio=None,
+        mean_ratio=None,
+        z_score=None,
+        change_point=None,
+        limit=limit,
+        direction="up",
+    )
+
+
+def _metrics(stats: list[SeriesStats]) -> Observation:
+    return Observation(
+        id="m-1",
+        action=Action(tool="metrics.scan"),
+        source=SourceKind.metrics,
+        data=MetricsData(stats=stats),
+        text="",
+        tokens=1,
+    )
+
+
+def test_capacity_newly_used_names_the_component_that_uses_it() -> None:
+    stats = [_cpu(f"svc{i}", 10, 12 + i, 100) for i in range(6)] + [_cpu("hog", 10, 98, 100)]
+    found = mechanisms.capacity_findings([_metrics(stats)])
+    hog = next(f for f in found if f.component == "hog")
+    assert hog.feature == "mech:capacity:cpu_usage" and hog.value == pytest.approx(0.88)
+    assert hog.surprise > mechanisms.CLEAR
+    assert all(f.surprise < mechanisms.CLEAR for f in found if f.component != "hog")
+
+
+@pytest.mark.parametrize("limit", [None, 0.0, float("inf"), 1.0])
+def test_a_missing_zero_endless_or_absurd_limit_is_not_read_as_capacity(limit: float | None) -> None:
+    found = mechanisms.capacity_findings([_metrics([_cpu("hog", 10, 98, limit)])])
+    assert found == []  # 1.0 is exceeded ninety-fold: a wrong limit, not a saturation
+
+
+def test_the_report_says_which_detector_could_not_run_and_why() -> None:
+    observations = [_metrics([_cpu("hog", 10, 98, None)])]
+    said = mechanisms.coverage(observations, [])
+    assert said["capacity"].startswith("could not run") and "limit" in said["capacity"]
+    assert said["calls_in"] == "could not run: no traces were read"
+    assert said["own_errors"] == "could not run: no logs were read"
+
+
+# ---------------------------------------------------------------- kind and discipline
+
+
+def test_a_latency_verdict_is_not_proven_where_a_caller_out_of_capacity_explains_it() -> None:
+    graph = [Edge(caller="web", callee="cart", source="declared")]
+    features = {"web": {"mech:capacity:cpu_usage": 4.0}, "cart": {"signal:latency_p99:up": 2.0}}
+    why = ranking.explained_latency("network_degradation", "cart", graph, features)
+    assert why is not None and "web" in why
+    # its own time grew, or a mechanism of its own: the verdict stands
+    own_time = {**features, "cart": {"trace:self_time_up": 1.0}}
+    assert ranking.explained_latency("downstream_latency", "cart", graph, own_time) is None
+    assert (
+        ranking.explained_latency("network_degradation", "cart", graph, {**features, "cart": {"mech:calls_in": 4}})
+        is None
+    )
+    assert ranking.explained_latency("code_exception", "cart", graph, features) is None
+
+
+def test_a_hypothesis_naming_the_mechanism_its_component_shows_comes_first() -> None:
+    assert ranking.mechanism_fit(has=True, names=True) > ranking.mechanism_fit(has=False, names=False)
+    assert ranking.mechanism_fit(has=True, names=False) < 1.0
+    with ranking.without("mechanisms"):
+        assert ranking.mechanism_fit(has=True, names=True) == 1.0
+
+
+def test_a_refutation_does_not_stand_against_a_mechanism_the_check_names() -> None:
+    check = Check(
+        id="slow_itself",
+        tool="traces.summary",
+        says="x",
+        refute=Expectation(op="self_time_flat"),
+        refute_unless=["mech:capacity:cpu_usage"],
+    )
+    from opsagent.models import ServiceSpanStats
+
+    stats = ServiceSpanStats(
+        service="hog",
+        spans_baseline=10,
+        spans_window=10,
+        self_ms_baseline=5,
+        self_ms_window=5,
+        self_shift=1.0,
+        total_ms_baseline=5,
+        total_ms_window=5,
+        errors_baseline=0,
+        errors_window=0,
+    )
+    obs = _traces([]).model_copy(
+        update={"data": TracesData(services=[stats], slowest_operations=[], error_spans={}, blocked_parents=[])}
+    )
+    ctx = Context(incident=_incident(), service="hog")
+    refuted = PlaybookReasoner._assess(check, obs, ctx)
+    assert [e.stance for e in refuted] == ["refutes"]
+    kept = PlaybookReasoner._assess(check, obs, ctx, shown=["hog/mech:capacity:cpu_usage"])
+    assert kept == []
+
+
+# ---------------------------------------------------------------- end to end, on a recorded incident
+
+
+def test_a_recorded_incident_reports_its_mechanisms_and_what_each_ran_over() -> None:
+    recording, _ = load(ROOT / "fixtures" / "incidents" / "order-service-threadpool-config")
+    report = asyncio.run(investigate_recording(recording))
+    assert set(report.detectors) == {"capacity", "calls_in", "own_errors"}
+    assert report.detectors["capacity"].startswith("ran over")
+    assert report.root_cause is not None and report.root_cause.component == "order-service"
