@@ -241,6 +241,16 @@ def findings(observations: list[Observation]) -> list[Finding]:
     return [*capacity, *calls_in_findings(observations, saturated=saturated)]
 
 
+#: Mechanisms that place a fault in the component whatever its callees do: the wire into it, errors of
+#: its own making, its CPU. (A pool of threads or connections fills up waiting on slow callees too.)
+OWN_PLACE = ("mech:calls_in", "mech:own_errors", "mech:capacity:cpu_usage")
+
+
+def placed_in(features: Mapping[str, float]) -> bool:
+    """Whether a mechanism places the fault in this component rather than in what it waits on."""
+    return any(f in features for f in OWN_PLACE)
+
+
 def explained_within(found: Mapping[str, float]) -> dict[str, float]:
     """A component's mechanisms, less those another of its own mechanisms explains: a component
     saturating its CPU answers late, so slower calls into it are its saturation's doing, not the wire's."""

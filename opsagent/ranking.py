@@ -21,7 +21,7 @@ from typing import Literal
 
 from opsagent.fixtures import Edge
 from opsagent.graph import callees_of, callers_of, descendants
-from opsagent.mechanisms import CALLER_SIDE
+from opsagent.mechanisms import CALLER_SIDE, placed_in
 from opsagent.models import CHANGE_KINDS, ChangeSuspect, Hypothesis, HypothesisResult, ProvenRival, Suspect
 
 # ---------------------------------------------------------------- rules that can be switched off
@@ -338,7 +338,7 @@ def propagate(
             explained = (1 - share) * explained + share * max(by_failures, slow_explains * explained)
         if "trace:self_time_up" in features.get(node, {}):
             explained *= SELF_SLOW_EXPLAINED  # it is slow on its own, not only waiting
-        if on("mechanisms") and any(k.startswith("mech:") for k in features.get(node, {})):
+        if on("mechanisms") and placed_in(features.get(node, {})):
             explained *= SELF_SLOW_EXPLAINED  # a mechanism places the fault in it: not inherited from callees
         score = mine * (1 - EXPLAIN_AWAY * explained)
         up = max((own.get(c, 0.0) for c in callers.get(node, ())), default=0.0)
