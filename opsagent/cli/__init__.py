@@ -10,6 +10,7 @@ exit codes and errors of :mod:`opsagent.cli.common` and the options of :mod:`ops
     alerts                   opsagent.cli.alerts
     prompts                  opsagent.cli.prompts
     serve, worker            opsagent.cli.serve
+    mcp                      opsagent.cli.mcpserve
 
 Exit codes (:class:`opsagent.cli.common.ExitCode`): 0 done with the answer asked for, 1 an internal
 failure, 2 bad input, 3 ran to the end without the answer (an inconclusive investigation, sources
@@ -20,7 +21,18 @@ from __future__ import annotations
 
 import typer
 
-from opsagent.cli import alerts, fixtures, investigate, investigations, lessons, prompts, replay, serve, sources
+from opsagent.cli import (
+    alerts,
+    fixtures,
+    investigate,
+    investigations,
+    lessons,
+    mcpserve,
+    prompts,
+    replay,
+    serve,
+    sources,
+)
 from opsagent.cli.options import LogLevelOpt, log_level_ok
 from opsagent.logconfig import configure
 
@@ -39,7 +51,7 @@ def main(log_level: LogLevelOpt = "warning") -> None:
     configure(level=log_level)
 
 
-for group in (investigate, investigations, replay, lessons, fixtures, sources, alerts, prompts, serve):
+for group in (investigate, investigations, replay, lessons, fixtures, sources, alerts, prompts, serve, mcpserve):
     group.register(app)
 
 __all__ = ["app"]

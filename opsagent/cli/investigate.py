@@ -40,8 +40,8 @@ from opsagent.cli.options import (
     budget,
 )
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
+from opsagent.feedback import keep_investigation
 from opsagent.fixtures import not_utf8
-from opsagent.lessons import rule_check
 from opsagent.llm.cli import build_reasoner, print_prompts
 from opsagent.models import Alert, Lesson, Report
 from opsagent.packaged import demo_incident
@@ -324,20 +324,17 @@ def lessons_or_warn(config: Settings) -> tuple[Store | None, list[Lesson]]:
 def remember(memory: Store, report: Report) -> None:
     """Keep the investigation (``opsagent investigations``, ``feedback``) and the lessons it teaches."""
     try:
-        memory.save_investigation(report)
-        memory.count_use([u.lesson_id for u in report.lessons_used])
-        issues = rule_check(report)
-        if issues:
-            note(f"no lessons written: the conclusion fails rule checks ({'; '.join(issues)})")
-            return
-        merged = sum(memory.upsert_lesson(le)[1] for le in report.lessons)
-        if report.lessons:
-            note(
-                f"{len(report.lessons)} lesson(s) recorded ({merged} merged into existing ones); "
-                f"review with `opsagent lessons list`"
-            )
+        kept = keep_investigation(memory, report)
     except StoreError as exc:
         warn(f"not recorded: {exc}")
+        return
+    if kept.not_learned:
+        note(f"no lessons written: the conclusion fails rule checks ({'; '.join(kept.not_learned)})")
+    elif kept.lessons:
+        note(
+            f"{kept.lessons} lesson(s) recorded ({kept.merged} merged into existing ones); "
+            f"review with `opsagent lessons list`"
+        )
 
 
 def register(app: typer.Typer) -> None:
