@@ -35,6 +35,7 @@ from opsagent.cli import (
 )
 from opsagent.cli.options import LogLevelOpt, log_level_ok
 from opsagent.logconfig import configure
+from opsagent.tracing import configure_from_environment as configure_tracing
 
 app = typer.Typer(
     help="Incident root-cause analysis for on-call engineers. Read-only.",
@@ -49,6 +50,7 @@ app = typer.Typer(
 def main(log_level: LogLevelOpt = "warning") -> None:
     log_level_ok(log_level)
     configure(level=log_level)
+    configure_tracing()  # off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT names a collector
 
 
 for group in (investigate, investigations, replay, lessons, fixtures, sources, alerts, prompts, serve, mcpserve):
