@@ -300,6 +300,8 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
         try:
             # shielded: the request may be cancelled (the client left); the investigation is not
             report = await asyncio.shield(task)
+        except UserError as exc:  # a recorded incident that does not load, a source configured wrongly
+            raise ToolError(str(exc)) from exc
         finally:
             progress.close()
             await asyncio.wait({pump}, timeout=1.0)

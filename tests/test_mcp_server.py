@@ -306,3 +306,18 @@ def test_opsagent_mcp_refuses_http_without_credentials_and_unknown_transports(tm
     assert wrong.returncode == 2
     assert "choose stdio or http" in wrong.stderr
     assert shutil.which(str(OPSAGENT))
+
+
+def test_a_recorded_incident_that_does_not_load_is_a_tool_error_naming_it(tmp_path: Path) -> None:
+    broken = tmp_path / "incidents" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "incident.yaml").write_text("alert: {labels: {}}\n")
+    server = build_server(config(tmp_path / "data"), incidents_dir=tmp_path / "incidents")
+
+    async def go() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("investigate", {"incident": "broken"})
+
+    result = asyncio.run(go())
+    assert result.is_error
+    assert "incident.yaml" in text(result)
