@@ -321,3 +321,31 @@ def test_a_recorded_incident_that_does_not_load_is_a_tool_error_naming_it(tmp_pa
     result = asyncio.run(go())
     assert result.is_error
     assert "incident.yaml" in text(result)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"service": "checkout", "symptom": "errors", "since": "30m"},
+        {
+            "alert": {
+                "labels": {"alertname": "CheckoutErrors", "service": "checkout"},
+                "startsAt": "2026-03-17T14:02:00Z",
+            }
+        },
+    ],
+)
+def test_an_alert_or_a_question_is_investigated_against_the_configured_sources(
+    tmp_path: Path, arguments: dict[str, Any]
+) -> None:
+    server = build_server(config(tmp_path / "data"))  # no source configured: nothing can be read
+
+    async def go() -> tuple[Any, Any]:
+        async with Client(server) as client:
+            answer = await client.call_tool("investigate", arguments)
+            return answer, await client.call_tool("list_investigations", {})
+
+    answer, listed = asyncio.run(go())
+    assert not answer.is_error, text(answer)
+    assert answer.structured_content["status"] == "inconclusive"
+    assert [r["incident_id"] for r in listed.structured_content["result"]] == [answer.structured_content["incident_id"]]
