@@ -37,6 +37,7 @@ from opsagent.models import (
 from opsagent.reasoner import Reasoner
 from opsagent.tokens import estimate_tokens
 from opsagent.tools import Toolbox
+from opsagent.tracing import span
 
 if TYPE_CHECKING:
     from opsagent.lessons import Retrieved
@@ -236,7 +237,9 @@ async def react(
         )
         log.debug("verify.step", hypothesis=hypothesis.id, tool=decision.action.tool, obs=observation.id)
     detail = meter.describe(stop)
-    verdict = judge(evidence, toolbox.observations, available=available, stop_reason=detail)
+    with span("opsagent.judge", hypothesis=hypothesis.id, evidence=len(evidence)) as traced:
+        verdict = judge(evidence, toolbox.observations, available=available, stop_reason=detail)
+        traced.set_attribute("opsagent.verdict", verdict.status)
     log.info("judge.verdict", hypothesis=hypothesis.id, status=verdict.status, incident_id=incident.id)
     yield Concluded(hypothesis_id=hypothesis.id, verdict=verdict, stop_reason=stop, stop_detail=detail)
 
@@ -254,16 +257,26 @@ async def verify(
     meter.notify(Started(hypothesis=hypothesis))
     steps: list[Step] = []
     stream = react(hypothesis, incident=incident, reasoner=reasoner, toolbox=toolbox, meter=meter, available=available)
-    async for event in stream:
-        meter.notify(event)
-        if isinstance(event, StepTaken):
-            steps.append(event.step)
-            continue
-        return HypothesisResult(
-            hypothesis=hypothesis,
-            steps=steps,
-            verdict=event.verdict,
-            stop_reason=event.stop_reason,
-            stop_detail=event.stop_detail,
-        )
+    with span(
+        "opsagent.hypothesis", hypothesis=hypothesis.id, component=hypothesis.component, kind=hypothesis.kind
+    ) as traced:
+        async for event in stream:
+            meter.notify(event)
+            if isinstance(event, StepTaken):
+                steps.append(event.step)
+                continue
+            traced.set_attributes(
+                {
+                    "opsagent.verdict": event.verdict.status,
+                    "opsagent.stop_reason": event.stop_reason.value,
+                    "opsagent.steps": len(steps),
+                }
+            )
+            return HypothesisResult(
+                hypothesis=hypothesis,
+                steps=steps,
+                verdict=event.verdict,
+                stop_reason=event.stop_reason,
+                stop_detail=event.stop_detail,
+            )
     raise RuntimeError(f"the loop verifying {hypothesis.id} ended without a verdict")

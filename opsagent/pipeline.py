@@ -54,6 +54,7 @@ from opsagent.search import SearchRecorder, fan_out
 from opsagent.sources import Sources
 from opsagent.strategies import Outcome, reflect, strategy
 from opsagent.tools import Toolbox
+from opsagent.tracing import span
 from opsagent.triage import Triage
 
 log = structlog.get_logger("opsagent.pipeline")
@@ -126,55 +127,67 @@ async def investigate(
     links: LinkSettings | None = None,
 ) -> Report:
     budget = budget or Budget()
-    chosen = strategy(strategy_name)
-    search = SearchRecorder()  # the report keeps the tree the live view draws
-    meter = Meter(budget=budget, clock=clock, listener=fan_out([search, listener]))
-    provisional = open_incident(
-        alert,
-        window=recording.window if recording else None,
-        baseline=recording.baseline if recording else None,
-        id=incident_id,
-    )
-    onset = await refine_onset(alert, sources, catalog, provisional, meter=meter)
-    incident = open_incident(
-        alert,
-        onset=onset,
-        window=provisional.window,
-        baseline=recording.baseline if recording else None,
-        id=provisional.id,
-    )
-    toolbox = Toolbox(
-        sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s, remaining=meter.remaining_s
-    )
-    log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
-    if isinstance(reasoner, PerInvestigation):
-        reasoner = reasoner.bind(meter, toolbox.observations)
+    # one trace per investigation: its triage, hypotheses, tool calls and verdicts are spans under it
+    with span("opsagent.investigation", strategy=strategy_name, alertname=alert.labels.get("alertname")) as root:
+        chosen = strategy(strategy_name)
+        search = SearchRecorder()  # the report keeps the tree the live view draws
+        meter = Meter(budget=budget, clock=clock, listener=fan_out([search, listener]))
+        provisional = open_incident(
+            alert,
+            window=recording.window if recording else None,
+            baseline=recording.baseline if recording else None,
+            id=incident_id,
+        )
+        onset = await refine_onset(alert, sources, catalog, provisional, meter=meter)
+        incident = open_incident(
+            alert,
+            onset=onset,
+            window=provisional.window,
+            baseline=recording.baseline if recording else None,
+            id=provisional.id,
+        )
+        toolbox = Toolbox(
+            sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s, remaining=meter.remaining_s
+        )
+        log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
+        if isinstance(reasoner, PerInvestigation):
+            reasoner = reasoner.bind(meter, toolbox.observations)
 
-    def recall(found: Triage) -> list[Retrieved]:
-        # A strategy recalls lessons once its triage is done: the views hear of both here.
-        meter.notify(Triaged.of(found))
-        retrieved = retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap)
-        meter.notify(Recalled.of(retrieved))
-        return retrieved
+        def recall(found: Triage) -> list[Retrieved]:
+            # A strategy recalls lessons once its triage is done: the views hear of both here.
+            meter.notify(Triaged.of(found))
+            retrieved = retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap)
+            meter.notify(Recalled.of(retrieved))
+            return retrieved
 
-    outcome = await chosen.run(
-        incident, reasoner=reasoner, toolbox=toolbox, meter=meter, topology=topology or [], recall=recall
-    )
-    stamp = now or datetime.now(UTC)
-    written = [
-        lesson
-        for r in outcome.results
-        if (lesson := await _lesson(reasoner, incident, r, stamp, outcome, toolbox.observations))
-    ]
-    report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.label, lessons=written)
-    report = report.model_copy(update={"search": search.tree()})
-    report = report.model_copy(update={"links": links_for(report, alert, links)})
-    if isinstance(reasoner, PerInvestigation):
-        report = report.model_copy(update={"llm": reasoner.transcript()})
-    # the alert's own text too: no report carries a secret (observations were redacted as they were made)
-    report = scrub_model(report, done=OBSERVATIONS_DONE)
-    log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
-    return report
+        outcome = await chosen.run(
+            incident, reasoner=reasoner, toolbox=toolbox, meter=meter, topology=topology or [], recall=recall
+        )
+        stamp = now or datetime.now(UTC)
+        written = [
+            lesson
+            for r in outcome.results
+            if (lesson := await _lesson(reasoner, incident, r, stamp, outcome, toolbox.observations))
+        ]
+        report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.label, lessons=written)
+        report = report.model_copy(update={"search": search.tree()})
+        report = report.model_copy(update={"links": links_for(report, alert, links)})
+        if isinstance(reasoner, PerInvestigation):
+            report = report.model_copy(update={"llm": reasoner.transcript()})
+        # the alert's own text too: no report carries a secret (observations were redacted as they were made)
+        report = scrub_model(report, done=OBSERVATIONS_DONE)
+        log.info("investigation.end", incident_id=incident.id, status=report.status, steps=report.cost.steps)
+        rc = report.root_cause
+        root.set_attributes(
+            {
+                "opsagent.incident_id": incident.id,
+                "opsagent.status": report.status,
+                "opsagent.root_cause": f"{rc.component}/{rc.kind}" if rc is not None else "",
+                "opsagent.tool_calls": report.cost.tool_calls,
+                "opsagent.steps": report.cost.steps,
+            }
+        )
+        return report
 
 
 async def _lesson(

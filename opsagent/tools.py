@@ -45,6 +45,7 @@ from opsagent.observations import describe
 from opsagent.redaction import redact, redactors, scrub_model
 from opsagent.sources import ChangesSource, KubernetesSource, LogsSource, MetricsSource, Sources, TracesSource
 from opsagent.tokens import estimate_tokens
+from opsagent.tracing import mark_failed, span
 
 log = structlog.get_logger("opsagent.tools")
 T = TypeVar("T")
@@ -174,6 +175,15 @@ class Toolbox:
     _inflight: dict[str, asyncio.Task[Observation]] = field(default_factory=dict)
 
     async def call(self, action: Action) -> Observation:
+        spec = TOOLS.get(action.tool)
+        with span("opsagent.tool_call", tool=action.tool, source=spec.kind.value if spec else None) as traced:
+            obs = await self._call(action)
+            traced.set_attributes({"opsagent.outcome": "ok" if obs.ok else "error", "opsagent.cached": obs.cached})
+            if not obs.ok:
+                mark_failed(traced, str(getattr(obs.data, "error", "error"))[:200])  # as the report shows it
+            return obs
+
+    async def _call(self, action: Action) -> Observation:
         key = action.key()
         task = self._inflight.get(key)
         if task is not None:

@@ -1,6 +1,6 @@
 """Adapters fetch, the engine computes: the engine reaches data sources through the protocols of
 ``opsagent.sources`` alone, and never imports an adapter. Only the application layer (the CLI, the
-service, the wiring of an investigation, settings, doctor and record) builds adapters."""
+service, the MCP server, the wiring of an investigation, settings, doctor and record) builds adapters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 #: Modules that wire adapters to the engine; everything else in opsagent/ is the engine.
-APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "service"}
+APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "service", "mcpserver"}
 
 
 def _imports(path: Path) -> set[str]:

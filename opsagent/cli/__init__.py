@@ -10,6 +10,7 @@ exit codes and errors of :mod:`opsagent.cli.common` and the options of :mod:`ops
     alerts                   opsagent.cli.alerts
     prompts                  opsagent.cli.prompts
     serve, worker            opsagent.cli.serve
+    mcp                      opsagent.cli.mcpserve
 
 A command's module is imported only when that command runs (:class:`Commands`): ``opsagent --help``
 imports none of them, ``opsagent replay`` neither the live adapters nor the web service. This module
@@ -78,6 +79,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lessons": ("lessons", "Lessons: list, show, edit, rm, export, import."),
     "fixtures": ("fixtures", "Recorded incidents: validate, schema."),
     "playbooks": ("fixtures", "Playbooks: check."),
+    "mcp": (
+        "mcpserve",
+        "Serve investigate, get_report, list_investigations, replay, list_lessons and feedback to MCP"
+        " clients (assistants, chat agents). Over http, /mcp takes the webhook's credentials"
+        " (OPSAGENT_WEBHOOK_TOKEN, or basic auth), as `opsagent serve` does.",
+    ),
 }
 
 
@@ -154,6 +161,9 @@ def main(log_level: LogLevelOpt = "warning") -> None:
     from opsagent.logconfig import configure  # structlog only once a command runs
 
     configure(level=log_level)
+    from opsagent.tracing import configure_from_environment as configure_tracing
+
+    configure_tracing()  # off unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT names a collector
 
 
 __all__ = ["COMMANDS", "Commands", "app", "load_command"]

@@ -39,8 +39,8 @@ from opsagent.cli.options import (
     budget,
 )
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
+from opsagent.feedback import keep_investigation
 from opsagent.fixtures import not_utf8
-from opsagent.lessons import rule_check
 from opsagent.llm.cli import build_reasoner, print_prompts
 from opsagent.models import Alert, Lesson, Report
 from opsagent.packaged import demo_incident
@@ -332,23 +332,19 @@ def remember(memory: Store, report: Report) -> Report:
     """Keep the investigation (``opsagent investigations``, ``feedback``) and the lessons it teaches;
     the report comes back listing only the lessons that were recorded."""
     try:
-        issues = rule_check(report)
-        kept = report if not issues else unwritten(report)
-        memory.save_investigation(kept)
-        memory.count_use([u.lesson_id for u in report.lessons_used])
-        if issues:
-            note(f"no lessons written: the conclusion fails rule checks ({'; '.join(issues)})")
-            return kept
-        merged = sum(memory.upsert_lesson(le)[1] for le in report.lessons)
-        if report.lessons:
-            note(
-                f"{len(report.lessons)} lesson(s) recorded ({merged} merged into existing ones); "
-                f"review with `opsagent lessons list`"
-            )
-        return report
+        kept = keep_investigation(memory, report)
     except StoreError as exc:
         warn(f"not recorded: {exc}")
         return unwritten(report)
+    if kept.not_learned:
+        note(f"no lessons written: the conclusion fails rule checks ({'; '.join(kept.not_learned)})")
+        return unwritten(report)
+    if kept.lessons:
+        note(
+            f"{kept.lessons} lesson(s) recorded ({kept.merged} merged into existing ones); "
+            f"review with `opsagent lessons list`"
+        )
+    return report
 
 
 def register(app: typer.Typer) -> None:

@@ -20,8 +20,9 @@ from rich.text import Text
 
 from opsagent.cli.common import ExitCode, deliver, err, fail, out, store, wide, writable
 from opsagent.cli.options import PlaybooksOpt
+from opsagent.feedback import apply_feedback
 from opsagent.fixtures import not_utf8
-from opsagent.lessons import finalised, from_feedback, misled_by, problems
+from opsagent.lessons import finalised, problems
 from opsagent.models import Lesson
 from opsagent.pipeline import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
@@ -184,43 +185,33 @@ def feedback_cmd(
     conclusion with a named root cause becomes a lesson."""
     if correct == wrong:
         fail("say --correct or --wrong")
+    first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
     with store() as memory:
         try:
-            record = memory.investigation(incident_id)
-            report = memory.report(incident_id)
-            memory.record_feedback(incident_id, correct=correct, root_cause=root_cause)
+            done = apply_feedback(
+                memory,
+                incident_id,
+                correct=correct,
+                root_cause=root_cause,
+                first_checks=first_checks,
+                now=datetime.now(UTC),
+            )
         except StoreError as exc:
             fail(str(exc))
-        if correct:  # a lesson that lowered the conclusion the engineer confirms misled, however it ended
-            rc = report.root_cause
-            misled = misled_by(report.lessons_used, rc.component, rc.kind) if rc is not None else []
-            memory.count_use([i for i in record.lessons_used if i not in misled], counter="helped")
-            memory.count_use(misled, counter="misled")
-            out.print(f"recorded: {incident_id} was right")
-            return
-        out.print(f"recorded: {incident_id} was wrong")
-        if root_cause is None:
-            return
-        service, _, kind = root_cause.partition("/")
-        misled = misled_by(report.lessons_used, service, kind)
-        if misled:
-            memory.count_use(misled, counter="misled")
-            out.print(f"lessons that lowered {root_cause}, counted as misleading: {', '.join(misled)}", soft_wrap=True)
-        first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
-        try:
-            lesson = from_feedback(report, root_cause, datetime.now(UTC), first_checks=first_checks)
-        except ValueError as exc:
-            err.print(f"no lesson written: {exc}", soft_wrap=True)
-            return
-        if lesson is None:
-            err.print("no lesson written: the report has no conclusion to correct", soft_wrap=True)
-            return
-        memory.upsert_lesson(lesson)
-        out.print(
-            f"lesson {lesson.id}: {lesson.refuted_kind} under {', '.join(lesson.trigger.signals)} "
-            f"-> first {lesson.next_action.key()}",
-            soft_wrap=True,
-        )
+    out.print(f"recorded: {incident_id} was {'right' if correct else 'wrong'}")
+    if correct or root_cause is None:
+        return
+    if done.misled:
+        out.print(f"lessons that lowered {root_cause}, counted as misleading: {', '.join(done.misled)}", soft_wrap=True)
+    lesson = done.lesson
+    if lesson is None:
+        err.print(f"no lesson written: {done.no_lesson}", soft_wrap=True)
+        return
+    out.print(
+        f"lesson {lesson.id}: {lesson.refuted_kind} under {', '.join(lesson.trigger.signals)} "
+        f"-> first {lesson.next_action.key()}",
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

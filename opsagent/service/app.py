@@ -1,6 +1,7 @@
 """The webhook service: Alertmanager in, incidents and their reports out.
 
     POST /webhook/alertmanager    a notification; 202 once it is on disk (401, 408, 413, 415, 422, 503)
+    POST /webhook/grafana         a Grafana-managed alerting notification, handled as Alertmanager's
     GET  /incidents               incidents, most recent first (?status=firing|resolved, ?service=…)
     GET  /incidents/{id}          the incident and its report, JSON
     GET  /incidents/{id}.html     the report page, with charts of the cited series
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
@@ -39,7 +40,7 @@ from opsagent.service.charts import Chart
 from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import Notifier, sinks_from
 from opsagent.service.pages import incident_page, index_page, not_found_page
-from opsagent.service.payload import WebhookPayload
+from opsagent.service.payload import GrafanaPayload, WebhookPayload
 from opsagent.service.provider import SourceProvider, provider_for
 from opsagent.service.queue import Dispatcher, Inbox
 from opsagent.service.worker import Runner, WorkerConfig
@@ -47,6 +48,7 @@ from opsagent.settings import Settings, load_settings
 from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, ServiceStore, StoreError
 
 log = structlog.get_logger("opsagent.service")
+PayloadT = TypeVar("PayloadT", bound=BaseModel)
 
 WEBHOOK_PREFIX = "/webhook/"
 
@@ -342,36 +344,26 @@ def create_app(
 
     web = APIRouter()  # what a worker does not serve
 
-    @web.post(
-        "/webhook/alertmanager",
-        status_code=202,
-        response_model=AcceptedNotification,
-        responses=refusals,
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/WebhookPayload"}}},
-            },
-            "security": [{"bearer": []}, {"basic": []}],
-        },
-        tags=["webhook"],
-    )
-    async def webhook(request: Request) -> Response:
-        """Accept an Alertmanager notification (version 4): stored durably before the answer,
-        investigated once per alert group (a re-notification updates the incident, ``resolved``
-        resolves it)."""
-        p = current()
-        started = time.perf_counter()
+    async def received(request: Request) -> bytes | None:
+        """The body, or None when the sender gave up mid-body (it retries): nothing to answer."""
         try:
-            body = await request.body()
-        except ClientDisconnect:  # the sender gave up mid-body (Alertmanager retries): nothing to answer
+            return await request.body()
+        except ClientDisconnect:
             metrics.rejected.labels(reason="disconnected").inc()
             log.info("webhook.client_disconnected", client=request.client.host if request.client else None)
-            return Response(status_code=400)
-        try:  # parsed and validated in one pass; the body is kept as received
-            payload = WebhookPayload.model_validate_json(body)
+            return None
+
+    def parsed(model: type[PayloadT], body: bytes) -> PayloadT:
+        """Parsed and validated in one pass; a refusal names each field that is wrong (422)."""
+        try:
+            return model.model_validate_json(body)
         except ValidationError as exc:
             raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+
+    async def accept(payload: WebhookPayload, body: str, started: float) -> Response:
+        """Store a notification durably, then answer: investigated once per alert group (a
+        re-notification updates the incident, ``resolved`` resolves it)."""
+        p = current()
         summary = payload.summary()
         # a truncated list may leave out the alerts that tie this notification to the open episode
         starts = [] if payload.truncated_alerts else sorted(a.starts_at for a in payload.firing)
@@ -382,7 +374,7 @@ def create_app(
             service=summary.service,
             alertname=summary.alertname,
             title=summary.title[:300],
-            payload=body.decode("utf-8", errors="replace"),
+            payload=body,
             received_at=datetime.now(UTC),
             first_started=starts[0] if starts else None,
             last_started=starts[-1] if starts else None,
@@ -403,6 +395,53 @@ def create_app(
             report_url=f"/incidents/{accepted.incident_id}.html" if accepted.incident_id else None,
         )
         return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
+
+    def posted(schema: str) -> dict[str, Any]:
+        return {
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+            },
+            "security": [{"bearer": []}, {"basic": []}],
+        }
+
+    @web.post(
+        "/webhook/alertmanager",
+        status_code=202,
+        response_model=AcceptedNotification,
+        responses=refusals,
+        openapi_extra=posted("WebhookPayload"),
+        tags=["webhook"],
+    )
+    async def webhook(request: Request) -> Response:
+        """Accept an Alertmanager notification (version 4): stored durably before the answer,
+        investigated once per alert group (a re-notification updates the incident, ``resolved``
+        resolves it)."""
+        started = time.perf_counter()
+        body = await received(request)
+        if body is None:
+            return Response(status_code=400)
+        payload = parsed(WebhookPayload, body)
+        return await accept(payload, body.decode("utf-8", errors="replace"), started)
+
+    @web.post(
+        "/webhook/grafana",
+        status_code=202,
+        response_model=AcceptedNotification,
+        responses=refusals,
+        openapi_extra=posted("GrafanaPayload"),
+        tags=["webhook"],
+    )
+    async def grafana_webhook(request: Request) -> Response:
+        """Accept a Grafana-managed alerting notification (a webhook contact point, payload
+        version 1): stored as the Alertmanager notification it amounts to, and from there handled
+        exactly as one (its group key is Grafana's, prefixed by the organisation)."""
+        started = time.perf_counter()
+        body = await received(request)
+        if body is None:
+            return Response(status_code=400)
+        payload = parsed(GrafanaPayload, body).as_alertmanager()
+        return await accept(payload, payload.model_dump_json(by_alias=True), started)
 
     @web.get("/incidents", response_model=IncidentList, tags=["incidents"])
     async def incidents(
@@ -497,6 +536,9 @@ def create_app(
             payload_schema = WebhookPayload.model_json_schema(ref_template="#/components/schemas/{model}")
             components.setdefault("schemas", {}).update(payload_schema.pop("$defs", {}))
             components["schemas"]["WebhookPayload"] = payload_schema
+            grafana_schema = GrafanaPayload.model_json_schema(ref_template="#/components/schemas/{model}")
+            components["schemas"].update(grafana_schema.pop("$defs", {}))
+            components["schemas"]["GrafanaPayload"] = grafana_schema
             components["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "basic": {"type": "http", "scheme": "basic"},

@@ -97,3 +97,57 @@ class Summary:
     alertname: str
     title: str
     lead: WebhookAlert
+
+
+class GrafanaAlert(WebhookAlert):
+    """One alert of a Grafana-managed notification: Alertmanager's fields, plus Grafana's links
+    (``dashboardURL``, ``panelURL``, ``silenceURL``) and the query values that fired it, kept as
+    extra fields of the alert."""
+
+    dashboard_url: Text = Field(default="", alias="dashboardURL")
+    panel_url: Text = Field(default="", alias="panelURL")
+    silence_url: Text = Field(default="", alias="silenceURL")
+    values: dict[Text, float | None] | None = None
+    value_string: Text | None = Field(default=None, alias="valueString")
+
+
+class GrafanaPayload(BaseModel):
+    """What Grafana-managed alerting POSTs to a webhook contact point (payload ``version`` "1"),
+    documented at https://grafana.com/docs/grafana/latest/alerting/configure-notifications/
+    manage-contact-points/integrations/webhook-notifier/. Close to Alertmanager's, with ``orgId``,
+    ``state``, ``title`` and ``message`` beside it; :meth:`as_alertmanager` turns it into
+    Alertmanager's, which is what the service stores and investigates."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    version: Literal["1"]
+    group_key: Text = Field(alias="groupKey", min_length=1, max_length=4096)
+    truncated_alerts: int = Field(default=0, alias="truncatedAlerts", ge=0, le=2**64 - 1)
+    status: Literal["firing", "resolved"]
+    receiver: Text
+    org_id: int = Field(alias="orgId", ge=0)
+    group_labels: LabelSet = Field(default_factory=dict, alias="groupLabels")
+    common_labels: LabelSet = Field(default_factory=dict, alias="commonLabels")
+    common_annotations: LabelSet = Field(default_factory=dict, alias="commonAnnotations")
+    external_url: Text = Field(default="", alias="externalURL")
+    title: Text = ""
+    state: Text = ""
+    message: Text = ""
+    alerts: list[GrafanaAlert] = Field(min_length=1)
+
+    def as_alertmanager(self) -> WebhookPayload:
+        """The same notification as Alertmanager's version 4. Its group key is Grafana's, prefixed
+        by the organisation, so it never dedups with an Alertmanager group of the same labels."""
+        alerts = [WebhookAlert.model_validate(a.model_dump(by_alias=True, mode="json")) for a in self.alerts]
+        return WebhookPayload(
+            version="4",
+            group_key=f"grafana/{self.org_id}:{self.group_key}",
+            truncated_alerts=self.truncated_alerts,
+            status=self.status,
+            receiver=self.receiver,
+            group_labels=self.group_labels,
+            common_labels=self.common_labels,
+            common_annotations=self.common_annotations,
+            external_url=self.external_url,
+            alerts=alerts,
+        )

@@ -38,6 +38,7 @@ from opsagent.service.payload import WebhookPayload
 from opsagent.service.provider import Plan, SourceProvider
 from opsagent.sources import Sources
 from opsagent.store import FinishedReport, JobOutcome, Store, StoreError, StoreLocation
+from opsagent.tracing import configure_from_environment as configure_tracing
 
 log = structlog.get_logger("opsagent.service.worker")
 
@@ -147,6 +148,7 @@ def _init_process(config: WorkerConfig, parent_pid: int) -> None:
     if config.niceness:  # investigations yield the CPU to the webhook's answers (first: loading them does too)
         os.nice(config.niceness)
     configure(level=config.log_level, json=True)
+    configure_tracing()  # a worker process exports its investigations' traces itself, when asked to
     _process_worker = Worker(config)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="watch-parent").start()
 

@@ -29,6 +29,7 @@ from opsagent.models import (
 )
 from opsagent.reasoner import Reasoner
 from opsagent.tools import Toolbox
+from opsagent.tracing import span
 from opsagent.triage import Triage, triage
 
 
@@ -140,7 +141,11 @@ class Strategy:
 
 async def triaged(toolbox: Toolbox, incident: Incident, topology: list[Edge], meter: Meter) -> Triage:
     """Triage, its observations charged to the meter (they are read like any other)."""
-    found = await triage(toolbox, incident, topology)
+    with span("opsagent.triage", incident_id=incident.id) as traced:
+        found = await triage(toolbox, incident, topology)
+        traced.set_attribute("opsagent.components", len(found.components))
+        if found.components:
+            traced.set_attribute("opsagent.top_suspect", found.components[0].component)
     meter.tokens += sum(toolbox.observations[oid].tokens for oid in sorted(set(found.read_ids)))
     return found
 
