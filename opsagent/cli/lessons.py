@@ -21,7 +21,7 @@ from rich.text import Text
 from opsagent.cli.common import ExitCode, deliver, err, fail, out, store, wide, writable
 from opsagent.cli.options import PlaybooksOpt
 from opsagent.fixtures import not_utf8
-from opsagent.lessons import finalised, from_feedback, misled_by, problems
+from opsagent.lessons import finalised, from_feedback, misled_by, problems, root_cause_parts
 from opsagent.models import Lesson
 from opsagent.pipeline import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
@@ -184,6 +184,13 @@ def feedback_cmd(
     conclusion with a named root cause becomes a lesson."""
     if correct == wrong:
         fail("say --correct or --wrong")
+    first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
+    if root_cause is not None:  # checked before anything is written: a typo must not replace a valid verdict
+        try:
+            service, kind = root_cause_parts(root_cause, kinds=first_checks)
+        except ValueError as exc:
+            fail(str(exc))
+        root_cause = f"{service}/{kind}"
     with store() as memory:
         try:
             record = memory.investigation(incident_id)
@@ -201,12 +208,10 @@ def feedback_cmd(
         out.print(f"recorded: {incident_id} was wrong")
         if root_cause is None:
             return
-        service, _, kind = root_cause.partition("/")
         misled = misled_by(report.lessons_used, service, kind)
         if misled:
             memory.count_use(misled, counter="misled")
             out.print(f"lessons that lowered {root_cause}, counted as misleading: {', '.join(misled)}", soft_wrap=True)
-        first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
         try:
             lesson = from_feedback(report, root_cause, datetime.now(UTC), first_checks=first_checks)
         except ValueError as exc:
