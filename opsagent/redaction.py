@@ -274,8 +274,8 @@ def _strings(value: Any, out: list[str]) -> None:
         for k, v in value.items():
             _strings(k, out)
             _strings(v, out)
-            if isinstance(k, str) and isinstance(v, str):  # {"password": "…"} reads as password=…
-                out.append(f"{k}={v}")
+            if isinstance(k, str) and isinstance(v, str) and v:  # {"password": "…"}: the key decides
+                out.append(f"{k}={_ANY_VALUE}")
     elif isinstance(value, list | tuple | set | frozenset):
         for v in value:
             _strings(v, out)
@@ -313,9 +313,14 @@ def _rebuilt(value: Any, chain: Sequence[Redactor]) -> Any:
     return value
 
 
+#: What stands for a dict's value when asking whether its key names a secret (the key decides, not
+#: the value: ``{"description": "login failed password=…"}`` keeps its words and loses the password).
+_ANY_VALUE = "anyvalue"
+
+
 def _keyed(key: Any, value: Any, chain: Sequence[Redactor]) -> Any:
     """A dict's value, masked whole when its key names a secret (``{"password": "…"}``)."""
-    if isinstance(key, str) and isinstance(value, str) and named_secrets(f"{key}={value}")[1]:
+    if isinstance(key, str) and isinstance(value, str) and value and named_secrets(f"{key}={_ANY_VALUE}")[1]:
         return "[REDACTED:secret]"
     return _rebuilt(value, chain)
 
