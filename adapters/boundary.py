@@ -184,5 +184,9 @@ def http_error(
     """The project error for an httpx error response."""
     kind = status_error(response.status_code)
     return kind(
-        f"HTTP {response.status_code}: {error_text(response.content)}", source=source, query=query, window=window
+        f"HTTP {response.status_code}: {error_text(response.content)}",
+        source=source,
+        query=query,
+        window=window,
+        status=response.status_code,
     )

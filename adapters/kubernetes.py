@@ -197,7 +197,7 @@ def kube_error(exc: BaseException, *, source: str, query: str) -> SourceError:
     status = _status(exc)
     if status is not None:
         body = exc.response.content if isinstance(exc.response, httpx.Response) else b""  # type: ignore[attr-defined]
-        return status_error(status)(f"HTTP {status}: {error_text(body)}", source=source, query=query)
+        return status_error(status)(f"HTTP {status}: {error_text(body)}", source=source, query=query, status=status)
     if isinstance(exc, ValueError) and "credentials" in str(exc):
         return SourceAuthFailed(f"no Kubernetes credentials: {exc}", source=source, query=query)
     if isinstance(exc, ValueError) and "context" in str(exc):

@@ -133,7 +133,7 @@ class RolloutChanges:
         try:
             cluster, _, _ = await self.state.cluster()
         except SourceError as exc:
-            raise type(exc)(str(exc), source=self.name, query=exc.query) from exc
+            raise type(exc)(str(exc), source=self.name, query=exc.query, status=exc.status) from exc
         return [
             c for c in rollout_changes(cluster) if start <= c.ts <= end and (service is None or c.service == service)
         ]

@@ -163,7 +163,9 @@ class PrometheusReader:
                 status = exc.response.status_code if exc.response is not None else 0
                 body = exc.response.content if exc.response is not None else b""
                 kind = status_error(status)
-                raise kind(f"HTTP {status}: {error_text(body)}", source=self.name, query=query, window=span) from exc
+                raise kind(
+                    f"HTTP {status}: {error_text(body)}", source=self.name, query=query, window=span, status=status or None
+                ) from exc
             except requests.ConnectionError as exc:
                 reason = _timed_out(exc)
                 if reason is not None:

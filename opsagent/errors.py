@@ -84,7 +84,8 @@ class AlertError(UserError):
 
 class SourceError(OpsAgentError):
     """A data source failed. ``source`` names it (e.g. ``metrics:replay``); ``instances`` holds the
-    error of each instance when several of one kind failed together."""
+    error of each instance when several of one kind failed together; ``status`` the HTTP status it
+    answered with, if it answered."""
 
     def __init__(
         self,
@@ -94,8 +95,12 @@ class SourceError(OpsAgentError):
         query: str | None = None,
         window: tuple[datetime, datetime] | None = None,
         instances: Sequence[SourceError] = (),
+        status: int | None = None,
     ) -> None:
         self.source = source
+        #: the HTTP status the source answered with, when it answered (so "answered 500" is told
+        #: apart from "could not be reached")
+        self.status = status
         self.query = scrub(query) if query is not None else None
         self.window = window
         self.instances = tuple(instances)
@@ -137,13 +142,14 @@ class AnswerTooLarge(SourceError):
         message: str,
         *,
         source: str,
-        limit: int,
+        limit: int = 0,
         unit: str = "bytes",
         partial: Sequence[object] = (),
         query: str | None = None,
         window: tuple[datetime, datetime] | None = None,
+        status: int | None = None,
     ) -> None:
-        super().__init__(message, source=source, query=query, window=window)
+        super().__init__(message, source=source, query=query, window=window, status=status)
         self.limit = limit
         self.unit = unit
         self.partial = tuple(partial)

@@ -205,6 +205,17 @@ def test_doctor_reads_lokis_version(router: respx.Router, recording: Recording) 
     assert isinstance(reader_for(LokiConfig(name="main", url=URL), {}), LokiReader)
 
 
+def test_doctor_tells_an_upstream_that_answered_500_from_one_that_cannot_be_reached(router: respx.Router) -> None:
+    router.route(host="loki.test").mock(return_value=httpx.Response(500, text="ingester unavailable"))
+    failing = asyncio.run(check(LokiConfig(name="main", url=URL), environ={}))
+    assert failing.reachable and not failing.ok
+    assert "HTTP 500" in failing.problems[0] and "answered HTTP 500" in failing.fixes[0]
+    router.routes.clear()
+    router.route(host="loki.test").mock(side_effect=httpx.ConnectError("connection refused"))
+    gone = asyncio.run(check(LokiConfig(name="main", url=URL), environ={}))
+    assert not gone.reachable and "cannot reach" in gone.fixes[0]
+
+
 def test_an_answer_of_200_mb_is_stopped_at_the_size_cap_as_it_streams_in(recording: Recording) -> None:
     sent = {"bytes": 0}
 
