@@ -164,7 +164,11 @@ class PrometheusReader:
                 body = exc.response.content if exc.response is not None else b""
                 kind = status_error(status)
                 raise kind(
-                    f"HTTP {status}: {error_text(body)}", source=self.name, query=query, window=span, status=status or None
+                    f"HTTP {status}: {error_text(body)}",
+                    source=self.name,
+                    query=query,
+                    window=span,
+                    status=status or None,
                 ) from exc
             except requests.ConnectionError as exc:
                 reason = _timed_out(exc)
