@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 import structlog
 
+from adapters.boundary import size_cap
 from adapters.changes_git import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
@@ -87,7 +88,12 @@ def httpx_client(
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return httpx.AsyncClient(
-        base_url=config.url, headers=headers, auth=basic, verify=config.verify, timeout=config.timeout_s
+        base_url=config.url,
+        headers=headers,
+        auth=basic,
+        verify=config.verify,
+        timeout=config.timeout_s,
+        event_hooks={"response": [size_cap()]},
     )
 
 

@@ -144,7 +144,11 @@ class ElasticsearchReader:
         except ApiError as exc:
             kind = status_error(exc.meta.status)
             raise kind(
-                f"HTTP {exc.meta.status}: {error_text(exc.body)}", source=self.name, query=query, window=window
+                f"HTTP {exc.meta.status}: {error_text(exc.body)}",
+                source=self.name,
+                query=query,
+                window=window,
+                status=exc.meta.status,
             ) from exc
         except Exception as exc:
             raise translate(exc, ERRORS, source=self.name, query=query, window=window) from exc

@@ -24,7 +24,8 @@ import asyncio
 import hashlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,18 @@ import kr8s.asyncio
 import structlog
 from kr8s.asyncio.objects import APIObject, DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, StatefulSet, new_class
 
-from adapters.boundary import HTTPX_ERRORS, MALFORMED, ErrorTable, error_text, status_error, translate
+from adapters.boundary import (
+    HTTPX_ERRORS,
+    MALFORMED,
+    MAX_ANSWER_BYTES,
+    ErrorTable,
+    error_text,
+    size_cap,
+    status_error,
+    translate,
+)
 from opsagent.errors import (
+    AnswerTooLarge,
     MalformedResponse,
     NotReadOnly,
     SourceAuthFailed,
@@ -126,7 +137,10 @@ class ReadOnlyApi(kr8s.asyncio.Api):
         await super()._create_session()
         assert self._session is not None
         hooks = self._session.event_hooks
-        self._session.event_hooks = {"request": [_guard, *hooks["request"]], "response": hooks["response"]}
+        self._session.event_hooks = {"request": [_guard, *hooks["request"]], "response": [_capped, *hooks["response"]]}
+
+
+_capped = size_cap(MAX_ANSWER_BYTES)
 
 
 async def open_api(
@@ -183,7 +197,7 @@ def kube_error(exc: BaseException, *, source: str, query: str) -> SourceError:
     status = _status(exc)
     if status is not None:
         body = exc.response.content if isinstance(exc.response, httpx.Response) else b""  # type: ignore[attr-defined]
-        return status_error(status)(f"HTTP {status}: {error_text(body)}", source=source, query=query)
+        return status_error(status)(f"HTTP {status}: {error_text(body)}", source=source, query=query, status=status)
     if isinstance(exc, ValueError) and "credentials" in str(exc):
         return SourceAuthFailed(f"no Kubernetes credentials: {exc}", source=source, query=query)
     if isinstance(exc, ValueError) and "context" in str(exc):
@@ -228,6 +242,39 @@ def _digest_env(entry: Any) -> Any:
     return entry
 
 
+#: Objects asked for per list request, and the pages one kind's read may take: 200 pages of 500 is
+#: 100,000 objects of a kind, past any cluster opsagent is pointed at; an API server that keeps
+#: sending ``continue`` is stopped there, and the kind is named as read only in part.
+PAGE_SIZE = 500
+MAX_PAGES = 200
+
+
+class _Capped(Exception):
+    def __init__(self, what: str, limit: int, unit: str) -> None:
+        super().__init__(what)
+        self.what, self.limit, self.unit = what, limit, unit
+
+
+@dataclass
+class _ReadBudget:
+    """What one kind's read may still take: pages and bytes (across its namespaces)."""
+
+    pages: int
+    size: int
+    pages_read: int = 0
+    bytes_read: int = 0
+
+    def spend_page(self) -> None:
+        if self.pages_read >= self.pages:
+            raise _Capped(f"{self.pages} pages", self.pages, "pages")
+        self.pages_read += 1
+
+    def spend_bytes(self, n: int) -> None:
+        self.bytes_read += n
+        if self.bytes_read > self.size:
+            raise _Capped(f"{self.size:,} bytes", self.size, "bytes")
+
+
 class KubernetesReader:
     """Objects of one kind in the namespaces it reads (all, when none are named), through kr8s."""
 
@@ -238,8 +285,14 @@ class KubernetesReader:
         name: str,
         namespaces: Sequence[str] = (),
         argo_rollouts: bool = True,
+        page_size: int = PAGE_SIZE,
+        max_pages: int = MAX_PAGES,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self._open = api
+        self.page_size = page_size
+        self.max_pages = max_pages
+        self.max_bytes = max_bytes
         self._api: kr8s.asyncio.Api | None = None
         self._lock = asyncio.Lock()
         self.name = f"kubernetes:{name}"
@@ -263,11 +316,21 @@ class KubernetesReader:
         spaces: list[str | None] = list(self.namespaces) if self.namespaces and cls.namespaced else [kr8s.ALL]
         started = time.perf_counter()
         out: list[KubeObject] = []
+        budget = _ReadBudget(pages=self.max_pages, size=self.max_bytes)
         for ns in spaces:
             query = f"list {kind} in {ns if ns != kr8s.ALL else 'all namespaces'}"
             try:
-                async for raw in api.async_get(cls, namespace=ns, raw=True, allow_unknown_type=False):
+                async for raw in self._pages(api, cls, ns, budget):
                     out.append(self._object(kind, cls, raw, query))
+            except _Capped as capped:
+                raise AnswerTooLarge(
+                    f"{kind} list stopped at {capped.what} (the list had not ended): {len(out)} read",
+                    source=self.name,
+                    query=query,
+                    limit=capped.limit,
+                    unit=capped.unit,
+                    partial=out,
+                ) from None
             except Exception as exc:
                 if kind == "Rollout" and _status(exc) == 404:
                     return []  # Argo Rollouts is not installed in this cluster
@@ -280,6 +343,30 @@ class KubernetesReader:
             ms=round((time.perf_counter() - started) * 1000),
         )
         return out
+
+    async def _pages(
+        self, api: kr8s.asyncio.Api, cls: type[APIObject], namespace: str | None, budget: _ReadBudget
+    ) -> AsyncIterator[Any]:
+        """The items of a list, page by page (``limit``/``continue``), within ``budget``. kr8s's own
+        ``async_get`` follows ``continue`` for as long as the server sends one: an API server (or a
+        proxy) that always does would be listed forever."""
+        params: dict[str, Any] = {"limit": self.page_size}
+        while True:
+            budget.spend_page()
+            async with api.async_get_kind(cls, namespace=namespace, params=dict(params), allow_unknown_type=False) as (
+                _,
+                response,
+            ):
+                budget.spend_bytes(len(response.content))
+                body = response.json()
+            if not isinstance(body, dict) or not isinstance(body.get("items", []), list):
+                raise MalformedResponse("a list answer that is not a list", source=self.name)
+            for item in body.get("items") or []:
+                yield item
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            params["continue"] = token
 
     def _object(self, kind: KubeKind, cls: type[APIObject], raw: Any, query: str) -> KubeObject:
         if not isinstance(raw, dict):

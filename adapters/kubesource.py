@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import structlog
 
 from adapters.protocols import KubernetesReader
-from opsagent.errors import SourceError
+from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
 from opsagent.models import Incident, KubernetesData
@@ -41,6 +41,12 @@ class RecordedObjects:
 # ---------------------------------------------------------------- the source
 
 
+def _retrieved(task: asyncio.Task[object]) -> None:
+    """A shared read that failed after every caller gave up is not reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 class KubernetesState:
     """The Kubernetes source: one read of the cluster per investigation (its objects are a snapshot
     of now; reading them again per question would let answers disagree), computed by kubestate."""
@@ -59,10 +65,15 @@ class KubernetesState:
         self._read: asyncio.Task[tuple[Cluster, datetime, list[str]]] | None = None
 
     async def cluster(self) -> tuple[Cluster, datetime, list[str]]:
-        """The cluster as read, when, and the kinds that could not be read (with why)."""
+        """The cluster as read, when, and the kinds that could not be read (with why).
+
+        The read is shared by every question of the investigation, and each caller waits for it
+        under its own per-call timeout: the read is shielded, so a caller that gives up (its timeout
+        cancels its wait) leaves the read running for the others, and for a later call to find done."""
         if self._read is None:
             self._read = asyncio.ensure_future(self._read_all())
-        return await self._read
+            self._read.add_done_callback(_retrieved)
+        return await asyncio.shield(self._read)
 
     async def _read_all(self) -> tuple[Cluster, datetime, list[str]]:
         at = self._now()
@@ -70,7 +81,11 @@ class KubernetesState:
         objects: list[KubeObject] = []
         unread: list[str] = []
         for kind, answer in zip(READ, answers, strict=True):
-            if isinstance(answer, BaseException):
+            if isinstance(answer, AnswerTooLarge):  # what was read before the cap is used, and named as partial
+                objects.extend(o for o in answer.partial if isinstance(o, KubeObject))
+                unread.append(f"{kind}: {answer}")
+                log.warning("adapter.partial", source=self.name, kind=kind, error=str(answer))
+            elif isinstance(answer, BaseException):
                 if kind == "Pod" or not isinstance(answer, SourceError):
                     raise answer  # without pods there is nothing to say
                 unread.append(f"{kind}: {answer}")
@@ -118,7 +133,7 @@ class RolloutChanges:
         try:
             cluster, _, _ = await self.state.cluster()
         except SourceError as exc:
-            raise type(exc)(str(exc), source=self.name, query=exc.query) from exc
+            raise type(exc)(str(exc), source=self.name, query=exc.query, status=exc.status) from exc
         return [
             c for c in rollout_changes(cluster) if start <= c.ts <= end and (service is None or c.service == service)
         ]

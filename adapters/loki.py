@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -151,10 +152,11 @@ class LokiReader:
                 raise MalformedResponse(
                     f"expected streams, got {data.get('resultType')!r}", source=self.name, query=text, window=window
                 )
-            entries = sorted(
-                ((int(ts), line, s["stream"]) for s in data["result"] for ts, line, *_ in s["values"]),
-                key=lambda e: e[0],
-            )
+            with self._shape("streams", text, window):
+                entries = sorted(
+                    ((int(ts), str(line), dict(s["stream"])) for s in data["result"] for ts, line, *_ in s["values"]),
+                    key=lambda e: e[0],
+                )
             fresh = [e for e in entries if (e[0], e[1], str(sorted(e[2].items()))) not in seen_at_start]
             out.extend(self._record(ts, line, stream, query) for ts, line, stream in fresh[: budget - len(out)])
             if len(entries) < limit:
@@ -235,10 +237,11 @@ class LokiReader:
                 },
                 window=window,
             )
-            for series in data["result"]:
-                level = (series["metric"].get(lb.level) if lb.level else None) or "unknown"
-                for stamp, value in series["values"]:
-                    out.append((float(stamp) - step, level, int(float(value))))
+            with self._shape("matrix", self.count_query(query, lb.level, step), window):
+                for series in data["result"]:
+                    level = (series["metric"].get(lb.level) if lb.level else None) or "unknown"
+                    for stamp, value in series["values"]:
+                        out.append((float(stamp) - step, level, int(float(value))))
         parts = []  # (bucket start, evaluation time, range) of buckets the period cuts
         if lo < a or a > hi:
             parts.append((a - step, min(a, hi), min(a, hi) - lo))
@@ -256,10 +259,23 @@ class LokiReader:
     ) -> dict[str, int]:
         data = await self._get("/loki/api/v1/query", {"query": text, "time": _ns(at)}, window=window)
         out: dict[str, int] = {}
-        for series in data["result"]:
-            key = (series["metric"].get(label) if label else None) or "unknown"
-            out[key] = out.get(key, 0) + int(float(series["value"][1]))
+        with self._shape("vector", text, window):
+            for series in data["result"]:
+                key = (series["metric"].get(label) if label else None) or "unknown"
+                out[key] = out.get(key, 0) + int(float(series["value"][1]))
         return out
+
+    @contextmanager
+    def _shape(self, expected: str, query: str, window: tuple[datetime, datetime]) -> Iterator[None]:
+        """Reading an answer's result: a field missing or of the wrong type is a malformed answer
+        that says what was expected, not a ``KeyError: 'metric'``."""
+        try:
+            yield
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            found = f"no field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise MalformedResponse(
+                f"not a Loki {expected} answer ({found})", source=self.name, query=query, window=window
+            ) from exc
 
     # ------------------------------------------------------------ for doctor
 

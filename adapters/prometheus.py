@@ -25,11 +25,11 @@ from prometheus_api_client.exceptions import MetricValueConversionError
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
+from adapters.boundary import MALFORMED, MAX_ANSWER_BYTES, BodyTooLarge, ErrorTable, error_text, status_error, translate
 from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import DEFAULT_SCAN_MATCH
 from opsagent.calls import bounded
-from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
+from opsagent.errors import AnswerTooLarge, MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.selector import SelectorError, parse
 from opsagent.stats import ts
@@ -42,6 +42,7 @@ _SKIP_IN_SCAN = ("_bucket", "_created")
 
 #: requests/prometheus-api-client exceptions, most specific first.
 ERRORS: ErrorTable = (
+    (BodyTooLarge, AnswerTooLarge),
     (requests.exceptions.Timeout, SourceTimeout),
     (requests.exceptions.JSONDecodeError, MalformedResponse),
     (requests.exceptions.RequestException, SourceUnavailable),  # refused, TLS, DNS, bad URL, too many redirects
@@ -74,6 +75,23 @@ class _BoundedSession(requests.Session):
         return super().request(method, url, *args, **kwargs)
 
 
+def _capped(response: requests.Response, *args: object, **kwargs: object) -> None:
+    """A response hook: the body read here, stopping at :data:`MAX_ANSWER_BYTES` (requests calls
+    response hooks before it reads the body, and then keeps what this read)."""
+    url = response.url.split("?", 1)[0]
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+        response.close()
+        raise BodyTooLarge(MAX_ANSWER_BYTES, url)
+    body = bytearray()
+    for chunk in response.iter_content(chunk_size=1 << 16):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            response.close()
+            raise BodyTooLarge(MAX_ANSWER_BYTES, url)
+    response._content = bytes(body)  # what requests' own read would have set
+
+
 def _raise_for_status(response: requests.Response, *args: object, **kwargs: object) -> None:
     """A response hook: error statuses raise with the response attached (status and error body)."""
     response.raise_for_status()
@@ -93,7 +111,7 @@ def prometheus_client(
     timeout, no retries (the tool layer has a per-call budget), and error statuses raised."""
     session = _BoundedSession()
     session.verify = verify
-    session.hooks["response"].append(_raise_for_status)
+    session.hooks["response"].extend((_capped, _raise_for_status))
     all_headers = dict(headers or {})
     if token:
         all_headers["Authorization"] = f"Bearer {token}"
@@ -163,7 +181,13 @@ class PrometheusReader:
                 status = exc.response.status_code if exc.response is not None else 0
                 body = exc.response.content if exc.response is not None else b""
                 kind = status_error(status)
-                raise kind(f"HTTP {status}: {error_text(body)}", source=self.name, query=query, window=span) from exc
+                raise kind(
+                    f"HTTP {status}: {error_text(body)}",
+                    source=self.name,
+                    query=query,
+                    window=span,
+                    status=status or None,
+                ) from exc
             except requests.ConnectionError as exc:
                 reason = _timed_out(exc)
                 if reason is not None:

@@ -32,10 +32,11 @@ _ledger: ContextVar[list[SourceError] | None] = ContextVar("opsagent_call_ledger
 
 
 @contextmanager
-def tool_call(*, seconds: float) -> Iterator[list[SourceError]]:
-    """One tool call of at most ``seconds``; yields the ledger of instances that failed under it."""
+def tool_call(*, seconds: float | None) -> Iterator[list[SourceError]]:
+    """One tool call of at most ``seconds`` (None: no deadline); yields the ledger of instances that
+    failed under it."""
     ledger: list[SourceError] = []
-    deadline = _deadline.set(time.monotonic() + seconds)
+    deadline = _deadline.set(None if seconds is None else time.monotonic() + seconds)
     failures = _ledger.set(ledger)
     try:
         yield ledger

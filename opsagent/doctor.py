@@ -37,7 +37,14 @@ from adapters.sourceconfig import (
     secret_env,
 )
 from opsagent.catalog import SignalCatalog
-from opsagent.errors import MalformedResponse, QueryRejected, SourceAuthFailed, SourceError, SourceTimeout
+from opsagent.errors import (
+    AnswerTooLarge,
+    MalformedResponse,
+    QueryRejected,
+    SourceAuthFailed,
+    SourceError,
+    SourceTimeout,
+)
 from opsagent.incident import DEFAULT_AFTER, DEFAULT_BEFORE
 from opsagent.models import TimeRange
 
@@ -121,6 +128,10 @@ def fix_for(exc: SourceError, config: AnySourceConfig) -> str:
         return f"no answer within {config.timeout_s:g} s: check the address and network, or raise timeout_s"
     if "certificate" in text.lower() or "ssl" in text.lower() or "tls" in text.lower():
         return "TLS verification failed: set verify: to the CA bundle path (or false, for a test system only)"
+    if exc.status is not None and exc.status >= 500:
+        return f"{_target(config)} answered HTTP {exc.status}: it is up but failing; see its own logs"
+    if isinstance(exc, AnswerTooLarge):
+        return "the answer passed the size cap: narrow the query (selector, index pattern) or the range"
     if isinstance(exc, MalformedResponse):
         return f"the answer is not what a {config.kind} API returns: does the address point at one?"
     if isinstance(exc, QueryRejected):
@@ -263,7 +274,10 @@ async def check(
         health.problems.append(f"no answer within {config.timeout_s:g} s")
         health.fixes.append("check the address and network, or raise timeout_s")
     except SourceError as exc:
-        health.reachable = isinstance(exc, SourceAuthFailed | QueryRejected | MalformedResponse)
+        # it answered (an error status, or something that is not its API): reached, and failing
+        health.reachable = exc.status is not None or isinstance(
+            exc, SourceAuthFailed | QueryRejected | MalformedResponse | AnswerTooLarge
+        )
         health.problems.append(str(exc))
         health.fixes.append(fix_for(exc, config))
     finally:

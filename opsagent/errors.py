@@ -16,7 +16,8 @@ and never log in their constructor.
         ├── SourceTimeout          the call took longer than its per-call timeout
         ├── QueryRejected          the source understood the call and refused it (bad query)
         │   └── NotReadOnly        refused before sending: not a read (Kubernetes: only get/list/watch)
-        └── MalformedResponse      the source answered something that is not what its API promises
+        ├── MalformedResponse      the source answered something that is not what its API promises
+        └── AnswerTooLarge         the answer passed its size cap (bytes, pages): reading stopped there
 
 ``SourceError`` is what the tool layer turns into an observation that names the source; a
 ``UserError`` aborts with a clear message and never a traceback. A source error's text is a
@@ -83,7 +84,8 @@ class AlertError(UserError):
 
 class SourceError(OpsAgentError):
     """A data source failed. ``source`` names it (e.g. ``metrics:replay``); ``instances`` holds the
-    error of each instance when several of one kind failed together."""
+    error of each instance when several of one kind failed together; ``status`` the HTTP status it
+    answered with, if it answered."""
 
     def __init__(
         self,
@@ -93,8 +95,12 @@ class SourceError(OpsAgentError):
         query: str | None = None,
         window: tuple[datetime, datetime] | None = None,
         instances: Sequence[SourceError] = (),
+        status: int | None = None,
     ) -> None:
         self.source = source
+        #: the HTTP status the source answered with, when it answered (so "answered 500" is told
+        #: apart from "could not be reached")
+        self.status = status
         self.query = scrub(query) if query is not None else None
         self.window = window
         self.instances = tuple(instances)
@@ -124,3 +130,26 @@ class SourceAuthFailed(SourceUnavailable):
 
 class MalformedResponse(SourceError):
     """The source answered, but not in the shape its API documents."""
+
+
+class AnswerTooLarge(SourceError):
+    """The source's answer passed a cap (``limit``, in what ``unit`` says: bytes, pages) and reading
+    stopped there, so memory stays bounded whatever an upstream sends. ``partial`` holds what was read
+    before the cap where a reader can use it (a Kubernetes list's first pages)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str,
+        limit: int = 0,
+        unit: str = "bytes",
+        partial: Sequence[object] = (),
+        query: str | None = None,
+        window: tuple[datetime, datetime] | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message, source=source, query=query, window=window, status=status)
+        self.limit = limit
+        self.unit = unit
+        self.partial = tuple(partial)

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from opsagent.lessons import from_feedback, misled_by, rule_check
+from opsagent.lessons import from_feedback, misled_by, root_cause_parts, rule_check
 from opsagent.models import Action, Lesson, Report
 from opsagent.store import Store
 
@@ -59,7 +59,11 @@ def apply_feedback(
     first_checks: Mapping[str, Action],
     now: datetime,
 ) -> FeedbackOutcome:
-    """Record the verdict; raises :class:`~opsagent.store.StoreError` for an unknown incident."""
+    """Record the verdict; raises :class:`~opsagent.store.StoreError` for an unknown incident and
+    ValueError for a root cause that is not ``service/kind`` (before anything is written)."""
+    if root_cause is not None:
+        service, kind = root_cause_parts(root_cause, kinds=first_checks)
+        root_cause = f"{service}/{kind}"
     record = memory.investigation(incident_id)
     report = memory.report(incident_id)
     memory.record_feedback(incident_id, correct=correct, root_cause=root_cause)

@@ -11,7 +11,7 @@ and rule checks on a live report (:func:`rule_check`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
@@ -193,14 +193,21 @@ def _wrong_conclusion(
     )
 
 
+def root_cause_parts(root_cause: str, *, kinds: Iterable[str]) -> tuple[str, str]:
+    """``SERVICE/KIND`` (or ``SERVICE KIND``) as its two parts; a ValueError naming the kinds a
+    playbook knows when it is not that."""
+    known = sorted(kinds)
+    service, _, kind = root_cause.strip().replace(" ", "/").partition("/")
+    if not service or kind not in known:
+        raise ValueError(f'--root-cause must read "service/kind" with a kind a playbook knows ({", ".join(known)})')
+    return service, kind
+
+
 def from_feedback(
     report: Report, root_cause: str, now: datetime, *, first_checks: Mapping[str, Action]
 ) -> Lesson | None:
     """An engineer's "wrong, it was SERVICE/KIND" as a lesson against the conclusion that misled."""
-    service, _, kind = root_cause.replace(" ", "/").partition("/")
-    if not service or kind not in first_checks:
-        known = ", ".join(sorted(first_checks))
-        raise ValueError(f'--root-cause must read "service/kind" with a kind a playbook knows ({known})')
+    service, kind = root_cause_parts(root_cause, kinds=first_checks)
     winner = next(
         (
             r

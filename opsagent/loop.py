@@ -143,9 +143,32 @@ class Budget:
     beam: int = 2
 
 
+#: What one tool call counts as against the wall-clock budget in a replay: the budget's 60 s are
+#: 120 calls, past what any recorded incident takes (the most is ~40), so the budget stops only a
+#: search that runs away, and at the same call however slow the machine is.
+SIMULATED_CALL_S = 0.5
+
+
+@dataclass
+class WorkClock:
+    """A replay's clock for its budgets: the work done (tool calls, each :data:`SIMULATED_CALL_S`),
+    never the machine's time, so a replay used as a test gives the same report on a busy machine.
+    Live investigations keep the wall clock: there, an upstream's slowness is the incident's."""
+
+    per_call_s: float = SIMULATED_CALL_S
+    calls: int = 0
+
+    def __call__(self) -> float:
+        return self.calls * self.per_call_s
+
+    def charge(self) -> None:
+        self.calls += 1
+
+
 @dataclass
 class Meter:
-    """What the investigation has spent so far. Shared by concurrent loops."""
+    """What the investigation has spent so far. Shared by concurrent loops. ``clock`` measures the
+    time the report states; the budget's seconds are counted by ``work`` where one is given (replay)."""
 
     budget: Budget
     clock: Clock = time.perf_counter
@@ -153,6 +176,7 @@ class Meter:
     steps: int = 0
     started: float = field(default=0.0)
     listener: Listener | None = None
+    work: WorkClock | None = None
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -165,16 +189,20 @@ class Meter:
     def elapsed_s(self) -> float:
         return self.clock() - self.started
 
+    def spent_s(self) -> float:
+        """Seconds spent against the budget: the work done in a replay, the wall clock live."""
+        return self.work() if self.work is not None else self.elapsed_s()
+
     def remaining_s(self) -> float:
         """What the wall-clock budget has left: the toolbox gives no call more."""
-        return self.budget.wall_s - self.elapsed_s()
+        return self.budget.wall_s - self.spent_s()
 
     def exhausted(self, steps_here: int) -> StopReason | None:
         if steps_here >= self.budget.max_steps:
             return StopReason.steps
         if self.tokens >= self.budget.token_budget:
             return StopReason.tokens
-        if self.elapsed_s() >= self.budget.wall_s:
+        if self.spent_s() >= self.budget.wall_s:
             return StopReason.wall_clock
         return None
 
@@ -183,7 +211,8 @@ class Meter:
         return {
             StopReason.steps: f"budget exhausted: {self.budget.max_steps} steps",
             StopReason.tokens: f"budget exhausted: {self.budget.token_budget} tokens",
-            StopReason.wall_clock: f"budget exhausted: {self.budget.wall_s:g} s wall clock",
+            StopReason.wall_clock: f"budget exhausted: {self.budget.wall_s:g} s wall clock"
+            + (f" (replay: {self.work.per_call_s:g} s a tool call)" if self.work is not None else ""),
             StopReason.no_checks_left: "no checks left",
             StopReason.confirmed: "judge: confirmed",
             StopReason.refuted: "judge: refuted",

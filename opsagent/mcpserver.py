@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, ValidationError
 from adapters.config import sources_from_settings
 from opsagent.errors import UserError
 from opsagent.feedback import FeedbackOutcome, apply_feedback, keep_investigation
+from opsagent.lessons import root_cause_parts
 from opsagent.loop import Event
 from opsagent.models import Alert, Lesson, Report
 from opsagent.packaged import demo_incident
@@ -366,6 +367,11 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
         if correct and root_cause is not None:
             raise ToolError("root_cause goes with correct=false")
         first_checks = PlaybookReasoner(load_default_playbooks(config.playbooks_dir)).first_checks()
+        if root_cause is not None:  # checked before anything is written: a typo must not replace a verdict
+            try:
+                root_cause_parts(root_cause, kinds=first_checks)
+            except ValueError as exc:
+                raise ToolError(str(exc)) from None
         return await state.stored(
             lambda memory: apply_feedback(
                 memory,

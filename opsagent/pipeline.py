@@ -24,7 +24,7 @@ from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import Retrieved, retrieve
 from opsagent.links import LinkSettings, links_for
-from opsagent.loop import Budget, Clock, Listener, Meter, Recalled, Triaged
+from opsagent.loop import Budget, Clock, Listener, Meter, Recalled, Triaged, WorkClock
 from opsagent.models import (
     CHANGE_KINDS,
     Action,
@@ -83,6 +83,7 @@ async def refine_onset(
         incident=incident,
         timeout_s=meter.budget.timeout_s if meter else Budget().timeout_s,
         remaining=meter.remaining_s if meter else None,
+        work=meter.work if meter else None,
     )
     obs = await toolbox.call(Action(tool="metrics.signal", args={"signal": signal, "service": incident.service}))
     if isinstance(obs.data, MetricsData) and obs.data.stats:
@@ -125,13 +126,16 @@ async def investigate(
     incident_id: str | None = None,
     recording: Recording | None = None,
     links: LinkSettings | None = None,
+    work: WorkClock | None = None,
 ) -> Report:
+    """One investigation. ``work``: count the budget's seconds in work done, not on ``clock``
+    (replays pass one, so their reports do not depend on how busy the machine is)."""
     budget = budget or Budget()
     # one trace per investigation: its triage, hypotheses, tool calls and verdicts are spans under it
     with span("opsagent.investigation", strategy=strategy_name, alertname=alert.labels.get("alertname")) as root:
         chosen = strategy(strategy_name)
         search = SearchRecorder()  # the report keeps the tree the live view draws
-        meter = Meter(budget=budget, clock=clock, listener=fan_out([search, listener]))
+        meter = Meter(budget=budget, clock=clock, listener=fan_out([search, listener]), work=work)
         provisional = open_incident(
             alert,
             window=recording.window if recording else None,
@@ -147,7 +151,12 @@ async def investigate(
             id=provisional.id,
         )
         toolbox = Toolbox(
-            sources=sources, catalog=catalog, incident=incident, timeout_s=budget.timeout_s, remaining=meter.remaining_s
+            sources=sources,
+            catalog=catalog,
+            incident=incident,
+            timeout_s=budget.timeout_s,
+            remaining=meter.remaining_s,
+            work=meter.work,
         )
         log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
         if isinstance(reasoner, PerInvestigation):
@@ -577,4 +586,5 @@ async def investigate_recording(
         recording=recording,
         lessons=lessons,
         listener=listener,
+        work=WorkClock(),
     )

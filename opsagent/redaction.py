@@ -61,10 +61,18 @@ def pattern(regex: str, replacement: str, flags: int = 0, *, hints: Sequence[str
 
 
 _SECRETISH_VALUE = r"(?=[^\s\"',;&]*[0-9])(?=[^\s\"',;&]*[A-Za-z])[^\s\"',;&<>]{6,}"
+#: After ``=`` or ``:`` a value needs no digit (``password=hunterLettersOnly``): only a few words
+#: that say there is no value are left, so ``password: required`` still reads as it was written.
+_ASSIGNED_VALUE = r"(?!(?:none|null|nil|true|false|empty|missing|required|invalid|expired|redacted)\b)[^\s\"',;&<>]{6,}"
 #: The word that ends a name holding a secret, and what must come before it in that name
 #: (``db_password``, ``X-Api-Key``, ``access_token``; a bare ``token`` not inside a word).
+#: ``is`` in prose still wants a value that looks like a secret (``the token is expired`` stays).
 _SECRET_WORD = re.compile(
-    r"(key|secret|passw(?:or)?d|pwd|token)(\"?\s*[:=]\s*\"?|\s+is\s+)(?!\[redacted)" + _SECRETISH_VALUE
+    r"(key|secret|passw(?:or)?d|pwd|token)(?:(\"?\s*[:=]\s*\"?)(?!\[redacted)(?:"
+    + _ASSIGNED_VALUE
+    + r")|(\s+is\s+)(?!\[redacted)"
+    + _SECRETISH_VALUE
+    + ")"
 )
 _BEFORE_KEY = re.compile(r"(?:api|access|private)[_-]?$")
 _BEFORE_TOKEN = re.compile(r"(?:(?:auth|access|refresh|session)[_-]?|[^a-z]|^)$")
@@ -80,8 +88,9 @@ def _names_a_secret(lower: str, match: re.Match[str]) -> bool:
 
 
 def named_secrets(text: str) -> tuple[str, int]:
-    """``password=…``, ``"api_key": "…"``, ``token is …``: the value masked when it looks like a
-    secret (letters and digits, six characters or more), so ``token_budget: 40000`` stays.
+    """``password=…``, ``"api_key": "…"``, ``X-Api-Key: …``, ``token is …``: the value masked when
+    it is six characters or more (after ``is``, only when it also mixes letters and digits), so
+    ``token_budget: 40000`` and ``the token is expired`` stay.
 
     Written as a function rather than one case-insensitive regex: that regex costs ~100 µs on a
     webhook notification; this finds the word in the lower-cased text and checks what precedes it."""
@@ -92,7 +101,8 @@ def named_secrets(text: str) -> tuple[str, int]:
     last = found = 0
     for match in _SECRET_WORD.finditer(lower):
         if _names_a_secret(lower, match):
-            out += (text[last : match.end(2)], "[REDACTED:secret]")
+            separator = 2 if match.group(2) is not None else 3
+            out += (text[last : match.end(separator)], "[REDACTED:secret]")
             last = match.end()
             found += 1
     if not found:
@@ -115,6 +125,11 @@ authorization_headers = pattern(
     r"(?i)\b(authorization\"?\s*[:=]\s*\"?(?:basic|bearer|token|digest)?\s*)(?!\[REDACTED)[^\s\"',;]{8,}",
     r"\1[REDACTED:token]",
     hints=("authorization",),
+)
+cookie_headers = pattern(
+    r"(?i)\b((?:set-)?cookie\"?\s*:\s*\"?)(?!\[REDACTED)[^\r\n\"]+",
+    r"\1[REDACTED:cookie]",
+    hints=("cookie",),
 )
 url_passwords = pattern(r"://([^/\s:@]+):[^@\s/]+@", r"://\1:[REDACTED:password]@", hints=("://",))
 aws_access_keys = pattern(
@@ -158,6 +173,7 @@ ALWAYS: tuple[Redactor, ...] = (
     vendor_keys,
     bearer_tokens,
     authorization_headers,
+    cookie_headers,
     named_secrets,
 )
 
@@ -268,8 +284,8 @@ def _strings(value: Any, out: list[str], done: Mapping[type[BaseModel], frozense
         for k, v in value.items():
             _strings(k, out, done)
             _strings(v, out, done)
-            if isinstance(k, str) and isinstance(v, str):  # {"password": "…"} reads as password=…
-                out.append(f"{k}={v}")
+            if isinstance(k, str) and isinstance(v, str) and v:  # {"password": "…"}: the key decides
+                out.append(f"{k}={_ANY_VALUE}")
     elif isinstance(value, list | tuple | set | frozenset):
         for v in value:
             _strings(v, out, done)
@@ -310,9 +326,14 @@ def _rebuilt(value: Any, chain: Sequence[Redactor], done: Mapping[type[BaseModel
     return value
 
 
+#: What stands for a dict's value when asking whether its key names a secret (the key decides, not
+#: the value: ``{"description": "login failed password=…"}`` keeps its words and loses the password).
+_ANY_VALUE = "anyvalue"
+
+
 def _keyed(key: Any, value: Any, chain: Sequence[Redactor], done: Mapping[type[BaseModel], frozenset[str]]) -> Any:
     """A dict's value, masked whole when its key names a secret (``{"password": "…"}``)."""
-    if isinstance(key, str) and isinstance(value, str) and named_secrets(f"{key}={value}")[1]:
+    if isinstance(key, str) and isinstance(value, str) and value and named_secrets(f"{key}={_ANY_VALUE}")[1]:
         return "[REDACTED:secret]"
     return _rebuilt(value, chain, done)
 

@@ -20,7 +20,7 @@ import hashlib
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,6 +46,9 @@ from opsagent.redaction import redact, redactors, scrub_model
 from opsagent.sources import ChangesSource, KubernetesSource, LogsSource, MetricsSource, Sources, TracesSource
 from opsagent.tokens import estimate_tokens
 from opsagent.tracing import mark_failed, span
+
+if TYPE_CHECKING:
+    from opsagent.loop import WorkClock
 
 log = structlog.get_logger("opsagent.tools")
 T = TypeVar("T")
@@ -168,6 +171,9 @@ class Toolbox:
     timeout_s: float = 3.0
     #: seconds left of the investigation's wall-clock budget (None: no budget but the per-call timeout)
     remaining: Callable[[], float] | None = None
+    #: a replay's work clock: each call is charged to it, and no call is timed out (a replay
+    #: source computes from the recording; how long that takes says nothing about the incident)
+    work: WorkClock | None = None
     calls: int = 0
     cache_hits: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -212,10 +218,12 @@ class Toolbox:
         if limit <= 0:
             return self._record(action, spec.observed_as, ErrorData(error=BUDGET_SPENT))
         self.calls += 1
+        if self.work is not None:
+            self.work.charge()
         log.debug("adapter.query", tool=spec.name, source=source.name, incident_id=self.incident.id)
-        with tool_call(seconds=limit) as partial:
+        with tool_call(seconds=self._timed(limit)) as partial:
             try:
-                data = await asyncio.wait_for(self._dispatch(spec, args, source), timeout=limit)
+                data = await asyncio.wait_for(self._dispatch(spec, args, source), timeout=self._timed(limit))
             except TimeoutError:
                 err: SourceError = SourceTimeout(self._no_answer(limit), source=source.name)
                 return self._failed(action, spec.observed_as, err)
@@ -230,6 +238,10 @@ class Toolbox:
             finally:
                 self._account(partial)
         return self._record(action, spec.observed_as, data)
+
+    def _timed(self, limit: float) -> float | None:
+        """The timeout a call is held to: none in a replay (its budget counts work, not seconds)."""
+        return None if self.work is not None else limit
 
     def time_for_a_call(self) -> float:
         """The per-call timeout, or less when the wall-clock budget has less left."""
@@ -249,9 +261,9 @@ class Toolbox:
             if asyncio.iscoroutine(read):
                 read.close()
             return default
-        with tool_call(seconds=limit) as partial:
+        with tool_call(seconds=self._timed(limit)) as partial:
             try:
-                return await asyncio.wait_for(read, timeout=limit)
+                return await asyncio.wait_for(read, timeout=self._timed(limit))
             except TimeoutError:
                 self._unreadable(SourceTimeout(self._no_answer(limit), source=source))
             except SourceError as exc:

@@ -25,12 +25,19 @@ _WORDS = {
 }
 
 
+#: The furthest back a question may reach: no telemetry store keeps more, and a window much older
+#: than this would run off the calendar (``--since 99999999d``).
+LOOKBACK = timedelta(days=366)
+
+
 def duration(text: str) -> timedelta:
-    """``30m``, ``2h``, ``1h30m``, ``90s``, ``1d``."""
+    """``30m``, ``2h``, ``1h30m``, ``90s``, ``1d``; at most :data:`LOOKBACK`."""
     found = _DURATION.match(text)
     if not found or not any(found.groups()):
         raise AlertError([Problem("--since", f"{text!r} is not a duration: write 30m, 2h, 1h30m or 90s")])
     d, h, m, s = (int(g or 0) for g in found.groups())
+    if d * 86400 + h * 3600 + m * 60 + s > LOOKBACK.total_seconds():
+        raise AlertError([Problem("--since", f"{text.strip()!r} is too long ago: at most {LOOKBACK.days}d")])
     value = timedelta(days=d, hours=h, minutes=m, seconds=s)
     if value <= timedelta(0):
         raise AlertError([Problem("--since", "the duration must be positive")])
@@ -38,10 +45,13 @@ def duration(text: str) -> timedelta:
 
 
 def moment(text: str, *, now: datetime) -> datetime:
-    """RFC 3339 (``2026-03-17T14:02:00Z``), or ``HH:MM`` today in UTC."""
+    """RFC 3339 (``2026-03-17T14:02:00Z``), or ``HH:MM`` today in UTC; within :data:`LOOKBACK`."""
     clock = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
     if clock:
-        at = now.astimezone(UTC).replace(hour=int(clock[1]), minute=int(clock[2]), second=0, microsecond=0)
+        hour, minute = int(clock[1]), int(clock[2])
+        if hour > 23 or minute > 59:
+            raise AlertError([Problem("--at", f"{text.strip()!r} is not a time of day: write 00:00 to 23:59")])
+        at = now.astimezone(UTC).replace(hour=hour, minute=minute, second=0, microsecond=0)
         return at - timedelta(days=1) if at > now else at
     try:
         parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -49,6 +59,8 @@ def moment(text: str, *, now: datetime) -> datetime:
         raise AlertError([Problem("--at", f"{text!r} is not a time: write 2026-03-17T14:02:00Z or 14:02")]) from None
     if parsed.tzinfo is None:
         raise AlertError([Problem("--at", "give the time zone (Z for UTC, or +02:00)")])
+    if parsed < now - LOOKBACK:
+        raise AlertError([Problem("--at", f"{text.strip()!r} is too long ago: at most {LOOKBACK.days} days")])
     return parsed
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import json
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,9 @@ from kr8s.asyncio.objects import Pod
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
 from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
-from adapters.kubesource import KubernetesState, RolloutChanges, replay_kubernetes
+from adapters.kubesource import READ, KubernetesState, RolloutChanges, replay_kubernetes
 from adapters.sourceconfig import SourcesConfig
-from opsagent.errors import NotReadOnly, SourceAuthFailed
+from opsagent.errors import AnswerTooLarge, NotReadOnly, SourceAuthFailed
 from opsagent.features import profiles_from
 from opsagent.fixtures import KubeObject, load
 from opsagent.incident import open_incident
@@ -550,3 +552,126 @@ def test_what_a_live_investigation_read_of_the_cluster_is_recorded_as_it_came(re
     pods = [o for o in recording.kubernetes if o.kind == "Pod"]
     assert sorted(keep.kubernetes) == sorted(("Pod", o.namespace, o.name) for o in pods)
     assert {k: o.raw() for k, o in keep.kubernetes.items()} == {("Pod", o.namespace, o.name): o.raw() for o in pods}
+
+
+# ---------------------------------------------------------------- bounded reads, shared read
+
+
+class EndlessCluster(FakeCluster):
+    """An API server (or a proxy in front of one) whose every list answer carries a ``continue`` token."""
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        response = super().answer(request)
+        if response.status_code != 200 or request.url.path.rstrip("/") == "/version":
+            return response
+        body = json.loads(response.content)
+        if "items" in body:
+            start = int(request.url.params.get("continue") or 0)
+            body["items"] = body["items"] if start == 0 else []
+            body["metadata"]["continue"] = str(start + 1)
+        return httpx.Response(200, json=body)
+
+
+def test_a_list_that_never_ends_stops_at_the_page_cap_and_is_named_as_read_in_part(
+    recorded: Any, kubeconfig: Path
+) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+    fake = EndlessCluster(recording.kubernetes, page=1000, no_rollouts=True)
+
+    async def go() -> KubernetesData:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            reader = _reader(kubeconfig, max_pages=5)
+            try:
+                return await KubernetesState(reader).pods(incident=incident, service=None)
+            finally:
+                await reader.aclose()
+
+    data = asyncio.run(go())
+    lists = [r for r in fake.requests if "/version" not in r.url.path]
+    # five kinds (rollouts are not installed), five pages each, and not one request more
+    assert len(lists) == 5 * 5 + 1, len(lists)
+    assert data.pods  # what the first pages held is still used
+    pods_unread = [u for u in data.unread if u.startswith("Pod:")]
+    assert pods_unread and "stopped at 5 pages" in pods_unread[0] and "had not ended" in pods_unread[0]
+
+
+def test_an_answer_past_the_byte_cap_is_stopped_while_it_streams_in(recorded: Any, kubeconfig: Path) -> None:
+    recording, _ = recorded
+    sent = {"bytes": 0}
+
+    def huge() -> Iterator[bytes]:  # 200 MB if read to the end; never held whole by this side either
+        yield b'{"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": ['
+        chunk = b'{"metadata": {"name": "' + b"x" * (1 << 20) + b'"}},'
+        for _ in range(200):
+            sent["bytes"] += len(chunk)
+            yield chunk
+
+    fake = FakeCluster(recording.kubernetes)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/pods"):
+            return httpx.Response(200, stream=_Iter(huge()))
+        return fake.answer(request)
+
+    async def go() -> BaseException:
+        with respx.mock(assert_all_called=False) as router:
+            router.route(host=httpx.URL(SERVER).host).mock(side_effect=answer)
+            reader = _reader(kubeconfig)
+            try:
+                with pytest.raises(AnswerTooLarge) as raised:
+                    await reader.objects(kind="Pod")
+                return raised.value
+            finally:
+                await reader.aclose()
+
+    error = asyncio.run(go())
+    assert "reading stopped" in str(error) and error.source == "kubernetes:prod"  # type: ignore[attr-defined]
+    assert sent["bytes"] <= 40 * (1 << 20)  # the cap (32 MiB) and a chunk or so: not the 200 MB offered
+
+
+class _Iter(httpx.AsyncByteStream):
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk
+
+
+def test_one_callers_timeout_does_not_cancel_the_shared_read_for_the_others(recorded: Any) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+
+    class SlowReader:
+        name = "kubernetes:slow"
+
+        def __init__(self) -> None:
+            self.release = asyncio.Event()
+            self.reads = 0
+
+        async def objects(self, *, kind: Any) -> list[KubeObject]:
+            self.reads += 1
+            await self.release.wait()
+            return [o for o in recording.kubernetes if o.kind == kind]
+
+    async def go() -> tuple[KubernetesData, list[Any], int]:
+        reader = SlowReader()
+        state = KubernetesState(reader)
+        changes = RolloutChanges(state)
+        patient = asyncio.ensure_future(state.pods(incident=incident, service=None))
+        await asyncio.sleep(0)  # the pods call is waiting on the read
+        # the rollout-changes call gives up first (the read cannot end before it is released)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(
+                changes.changes(start=incident.window.start, end=incident.window.end, service=None), 0.01
+            )
+        reader.release.set()
+        data = await patient  # the pods call still gets its answer, from the same read
+        later = await changes.changes(start=incident.baseline.start, end=incident.window.end, service=None)
+        return data, later, reader.reads
+
+    data, later, reads = asyncio.run(go())
+    assert data.pods and reads == len(READ)  # one read of each kind, shared by all three calls
+    assert isinstance(later, list)

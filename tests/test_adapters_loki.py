@@ -4,7 +4,7 @@ reference for each): the same summary as replay, exact counts past the cap, tena
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 
 import httpx
@@ -18,7 +18,7 @@ from adapters.readers import LogQuery
 from adapters.replay import ReplayLogs
 from adapters.sourceconfig import LokiConfig, LokiLabels, SourcesConfig
 from opsagent.doctor import check
-from opsagent.errors import MalformedResponse, QueryRejected, SourceAuthFailed, SourceTimeout
+from opsagent.errors import AnswerTooLarge, MalformedResponse, QueryRejected, SourceAuthFailed, SourceTimeout
 from opsagent.fixtures import LogRecord, Recording, load
 from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
@@ -174,6 +174,13 @@ def test_errors_become_the_projects_errors(router: respx.Router, recording: Reco
         (httpx.Response(401, text="no org id"), SourceAuthFailed),
         (httpx.Response(200, text="<html>a proxy login page</html>"), MalformedResponse),
         (httpx.Response(200, json={"status": "error", "data": {}}), MalformedResponse),
+        # the right envelope, a result of the wrong shape: said as such, not as a KeyError
+        (
+            httpx.Response(
+                200, json={"status": "success", "data": {"resultType": "streams", "result": [{"values": [["1", "x"]]}]}}
+            ),
+            MalformedResponse,
+        ),
     ]
     messages = []
     for response, error in cases:
@@ -183,6 +190,7 @@ def test_errors_become_the_projects_errors(router: respx.Router, recording: Reco
         assert raised.value.source == "logs:loki"
         messages.append(str(raised.value))
     assert "parse error at line 1, col 18" in messages[0]  # Loki's own words reach the reasoner
+    assert messages[-1].startswith("not a Loki streams answer (no field 'stream')"), messages[-1]
     fake.fail = None
     router.routes.clear()
     router.route(host="loki.test").mock(side_effect=httpx.ReadTimeout("slow"))
@@ -195,3 +203,41 @@ def test_doctor_reads_lokis_version(router: respx.Router, recording: Recording) 
     health = asyncio.run(check(LokiConfig(name="main", url=URL), environ={}))
     assert health.reachable and health.version == "3.4.2"
     assert isinstance(reader_for(LokiConfig(name="main", url=URL), {}), LokiReader)
+
+
+def test_doctor_tells_an_upstream_that_answered_500_from_one_that_cannot_be_reached(router: respx.Router) -> None:
+    router.route(host="loki.test").mock(return_value=httpx.Response(500, text="ingester unavailable"))
+    failing = asyncio.run(check(LokiConfig(name="main", url=URL), environ={}))
+    assert failing.reachable and not failing.ok
+    assert "HTTP 500" in failing.problems[0] and "answered HTTP 500" in failing.fixes[0]
+    router.routes.clear()
+    router.route(host="loki.test").mock(side_effect=httpx.ConnectError("connection refused"))
+    gone = asyncio.run(check(LokiConfig(name="main", url=URL), environ={}))
+    assert not gone.reachable and "cannot reach" in gone.fixes[0]
+
+
+def test_an_answer_of_200_mb_is_stopped_at_the_size_cap_as_it_streams_in(recording: Recording) -> None:
+    sent = {"bytes": 0}
+
+    class Huge(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b'{"status": "success", "data": {"resultType": "streams", "result": [{"stream": {}, "values": ['
+            chunk = b'["1", "' + b"x" * (1 << 20) + b'"],'
+            for _ in range(200):
+                sent["bytes"] += len(chunk)
+                yield chunk
+
+    config = SourcesConfig.model_validate({"loki": [{"name": "main", "url": URL}]})
+    incident = _incident(recording)
+
+    async def go() -> None:
+        with respx.mock(assert_all_called=False) as router:
+            router.route(host="loki.test").mock(return_value=httpx.Response(200, stream=Huge()))
+            async with open_live_sources(config, environ={}) as live:
+                assert live.sources.logs is not None
+                await live.sources.logs.summary(incident=incident, service="order-service", text=None)
+
+    with pytest.raises(AnswerTooLarge) as raised:
+        asyncio.run(go())
+    assert raised.value.source == "logs:main" and "passed 33,554,432 bytes" in str(raised.value)
+    assert sent["bytes"] < 40 * (1 << 20)  # the cap and a chunk: not the 200 MB offered

@@ -25,7 +25,7 @@ from adapters.replay import replay_sources
 from adapters.sourceconfig import GitConfig, PathRule, PrometheusConfig, SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.doctor import check
-from opsagent.errors import QueryRejected, SourceAuthFailed, SourceUnavailable
+from opsagent.errors import AnswerTooLarge, QueryRejected, SourceAuthFailed, SourceUnavailable
 from opsagent.fixtures import Recording, load, validate
 from opsagent.incident import open_incident
 from opsagent.loop import Budget
@@ -37,6 +37,7 @@ from opsagent.sources import Sources
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.prometheus_server import BASIC_PASSWORD, BASIC_USER, available, free_port, prometheus
+from tests.upstreams import huge_upstream
 
 pytestmark = pytest.mark.skipif(not available(), reason="Debian's prometheus/promtool are not installed")
 
@@ -376,3 +377,10 @@ def test_live_version_comparison_matches_replay_with_pods_named_by_the_rollout(
         got = asyncio.run(live.versions(incident=incident, service="inventory-service", rollout=rollout))
     want = asyncio.run(replay.versions(incident=incident, service="inventory-service", rollout=rollout))
     assert got == want and got.verdict == "worse" and got.new_pods
+
+
+def test_an_answer_of_200_mb_is_stopped_at_the_size_cap() -> None:
+    with huge_upstream() as (url, handler), pytest.raises(AnswerTooLarge) as caught:
+        asyncio.run(_reader(url).series(query="up", start=0, end=600))
+    assert caught.value.source == "metrics:test" and "passed 33,554,432 bytes" in str(caught.value)
+    assert handler.sent < 200 * (1 << 20)  # the client hung up long before the end

@@ -176,8 +176,14 @@ def test_feedback_wrong_with_a_root_cause_writes_a_lesson() -> None:
     wrong = runner.invoke(app, ["feedback", incident_id, "--wrong", "--root-cause", "postgres-orders/slow_query"])
     assert wrong.exit_code == 0, wrong.output
     assert "lesson L-" in wrong.output and "config_change" in wrong.output
-    garbled = runner.invoke(app, ["feedback", incident_id, "--wrong", "--root-cause", "it was the network"])
-    assert "no lesson written" in garbled.output
+    # a root cause without its kind, or in prose, is refused before anything is written: the valid
+    # verdict recorded above stays
+    for garbled in ("postgres-orders", "it was the network", "/slow_query"):
+        refused = runner.invoke(app, ["feedback", incident_id, "--wrong", "--root-cause", garbled])
+        assert refused.exit_code == 2, refused.output
+        assert '--root-cause must read "service/kind"' in refused.output and "Traceback" not in refused.output
+    listed = runner.invoke(app, ["investigations", "list"])
+    assert "postgres-orders/slow_query" in listed.output, listed.output
     unknown = runner.invoke(app, ["feedback", "inc-nope", "--correct"])
     assert unknown.exit_code == 2 and "no investigation inc-nope" in unknown.output
 

@@ -11,7 +11,7 @@ import respx
 
 from opsagent.llm import FunctionModel, follow_hints
 from opsagent.llm.prompts import default_prompts
-from opsagent.redaction import redact, redactors
+from opsagent.redaction import redact, redactors, scrub_model
 from tests.llm_support import ENDPOINT, incident_copy, investigate, reasoner
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
@@ -46,11 +46,34 @@ SLACK_TOKEN = "xoxb-1234567890-abcdefghijklmnop"
         (f"db_password={DB_PASSWORD}", DB_PASSWORD),
         (f"-----BEGIN RSA PRIVATE KEY-----\n{PRIVATE_KEY_BODY}\n-----END RSA PRIVATE KEY-----", PRIVATE_KEY_BODY),
         (f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PRIVATE_KEY_BODY}", PRIVATE_KEY_BODY),
+        # secrets without a digit: after = or :, in headers, and as JSON keys
+        ("password=hunterLettersOnlyPw", "hunterLettersOnlyPw"),
+        ("login failed token=abcdefGHIJKLmnop user=bob", "abcdefGHIJKLmnop"),
+        ("secret: correcthorsebatterystaple", "correcthorsebatterystaple"),
+        ("X-Api-Key: hdrLettersOnlyApiKeyValue", "hdrLettersOnlyApiKeyValue"),
+        ("request headers: Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+        ("Cookie: session=lettersOnlySession; theme=dark", "lettersOnlySession"),
+        ("Set-Cookie: sid=cookieLettersOnly; Path=/; HttpOnly", "cookieLettersOnly"),
+        ('{"client_secret": "lettersOnlyClientSecret", "user": "bob"}', "lettersOnlyClientSecret"),
+        ('{"api_key":"lettersOnlyApiKeyValue"}', "lettersOnlyApiKeyValue"),
+        ('{"token": "lettersOnlyTokenValue"}', "lettersOnlyTokenValue"),
     ],
 )
 def test_each_kind_of_secret_is_masked(text: str, secret: str) -> None:
     masked, count = redact(text, redactors())
     assert secret not in masked and count >= 1 and "[REDACTED:" in masked
+
+
+def test_a_dict_keyed_by_a_secret_name_is_masked_whatever_its_value() -> None:
+    body = {"password": "hunter", "client_secret": "lettersOnly", "nested": [{"api_key": "abcdefgh"}], "user": "bob"}
+    masked = scrub_model(body)
+    assert "hunter" not in str(masked) and "lettersOnly" not in str(masked) and "abcdefgh" not in str(masked)
+    assert masked["user"] == "bob"
+
+
+def test_a_word_saying_there_is_no_secret_is_left_alone() -> None:
+    text = "password: required; the token is expired; api_key: missing; secret=null"
+    assert redact(text, redactors()) == (text, 0)
 
 
 def test_emails_and_ips_only_when_asked() -> None:

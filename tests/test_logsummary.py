@@ -382,3 +382,21 @@ def test_rendering_puts_new_errors_first_with_citable_ids() -> None:
 def test_rendering_says_when_counts_are_estimated() -> None:
     data = busy_summary().model_copy(update={"estimated": True})
     assert "estimated from a sample" in render(data, budget_tokens=100)
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def test_secrets_are_masked_before_lines_are_mined_into_templates() -> None:
+    # header values vary from line to line: mined raw, the template would read "X-Api-Key: <*>" and
+    # its variable position would list the keys themselves
+    keys = ["hdrLettersOnlyKeyOne", "hdrLettersOnlyKeyTwo", "hdrLettersOnlyKeyThree"]
+    lines = [
+        Line(at(61 + i), "api", "ERROR", f"rejected request X-Api-Key: {key} password=hunterLetters{chr(65 + i)}x")
+        for i, key in enumerate(keys)
+    ]
+    data = LogSummariser().summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    # what was mined (templates and their values); the whole sample lines are masked at the toolbox's door
+    mined = json.dumps([t.model_dump(mode="json", exclude={"sample"}) for t in data.templates])
+    assert not any(key in mined for key in keys) and "hunterLetters" not in mined
+    assert any("X-Api-Key: [REDACTED:secret]" in t.template for t in data.templates)

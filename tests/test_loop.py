@@ -1,12 +1,14 @@
 """The budgeted ReAct loop: budgets enforced by the loop, malformed actions, dead sources."""
 
 import asyncio
+import json
+from typing import Any
 
 from adapters.replay import replay_sources
 from opsagent.catalog import default_catalog
 from opsagent.fixtures import load
-from opsagent.loop import Budget, Meter, verify
-from opsagent.models import Action, Hypothesis, SourceKind, StopReason
+from opsagent.loop import Budget, Meter, WorkClock, verify
+from opsagent.models import Action, Hypothesis, Report, SourceKind, StopReason
 from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner, ScriptedReasoner
 from opsagent.sources import Sources
@@ -44,15 +46,78 @@ def test_token_budget_is_counted_from_observations_not_steps() -> None:
     assert report.cost.tokens >= 50
 
 
-def test_wall_clock_cap_is_enforced_by_the_loop() -> None:
+def test_wall_clock_cap_is_enforced_by_the_loop_in_a_live_investigation() -> None:
     now = iter(range(0, 10_000, 30))  # every look at the clock advances 30 s
 
     def clock() -> float:
         return float(next(now))
 
-    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, budget=Budget(wall_s=60), clock=clock))
+    recording, _ = load(ORDER_INCIDENT)
+    catalog = default_catalog().merged(recording.signals)
+    report = asyncio.run(
+        investigate(  # sources investigated as live ones are: no work clock, the wall clock counts
+            recording.alert,
+            sources=replay_sources(recording, catalog),
+            catalog=catalog,
+            reasoner=PlaybookReasoner(load_default_playbooks()),
+            budget=Budget(wall_s=60),
+            clock=clock,
+            recording=recording,
+        )
+    )
     assert report.status == "inconclusive"
     assert report.budget_exhausted == "budget exhausted: 60 s wall clock"
+
+
+def _without_wall_time(report: Report) -> str:
+    data = report.model_dump(mode="json")
+    data["cost"].pop("wall_ms")
+    return json.dumps(data, sort_keys=True)
+
+
+def test_a_replay_gives_the_same_report_however_slow_the_machine_is() -> None:
+    quiet, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    now = iter(range(0, 10_000_000, 30))  # a machine so busy that every look at the clock is 30 s later
+    busy, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, clock=lambda: float(next(now))))
+    assert quiet.status == "confirmed" and quiet.budget_exhausted is None
+    assert _without_wall_time(busy) == _without_wall_time(quiet)
+
+
+def test_a_replays_wall_clock_budget_counts_tool_calls_not_seconds() -> None:
+    now = iter(range(0, 10_000_000, 30))
+    first, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, budget=Budget(wall_s=4)))
+    again, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, budget=Budget(wall_s=4), clock=lambda: float(next(now))))
+    assert first.budget_exhausted == "budget exhausted: 4 s wall clock (replay: 0.5 s a tool call)"
+    # 4 s at 0.5 s a call is 8 calls, wherever the machine's time went: the onset's look at the
+    # alerting signal, and 7 the report counts
+    assert first.cost.tool_calls == 7
+    assert _without_wall_time(again) == _without_wall_time(first)
+
+
+def test_a_replay_source_is_never_timed_out() -> None:
+    """A replay source computes from the recording: however long that takes on a busy machine, it
+    answers (a live source's per-call timeout is the incident's business; a replay's is not)."""
+
+    class SlowReplayMetrics(FakeMetrics):
+        async def stats(self, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.05)  # longer than the per-call timeout below
+            return await super().stats(**kwargs)
+
+    metrics = SlowReplayMetrics(
+        {("cpu_usage", "checkout"): stats("cpu_usage", "checkout", base=0.3, window=0.95, limit=1.0)}
+    )
+    action = Action(tool="metrics.signal", args={"signal": "cpu_usage", "service": "checkout"})
+
+    async def call(work: WorkClock | None) -> Any:
+        toolbox = Toolbox(
+            sources=Sources(metrics=metrics), catalog=default_catalog(), incident=incident(), timeout_s=0.001, work=work
+        )
+        return await toolbox.call(action)
+
+    assert asyncio.run(call(WorkClock())).source is SourceKind.metrics
+    assert "stats" in asyncio.run(call(WorkClock())).data.model_dump()
+    live = asyncio.run(call(None))  # the same source, live: held to its timeout
+    assert "no answer within" in live.data.model_dump()["error"]
 
 
 def test_malformed_actions_become_observations_and_the_loop_goes_on() -> None:

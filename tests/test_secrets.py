@@ -132,7 +132,14 @@ def test_an_upstream_echoing_our_credentials_leaks_them_into_no_service_artifact
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 BEARER = "f8Kq2LmN9pR4sT6vX1zB3cD5eF7g"
 PASSWORD = "hunter2isMyPass9"
-PLANTED = [AWS_KEY, BEARER, PASSWORD]
+#: secrets without a digit, in a key=value, a header, a JSON body and a cookie
+LETTERS_PASSWORD = "hunterLettersOnlyPw"
+LETTERS_API_KEY = "hdrLettersOnlyApiKeyValue"
+LETTERS_CLIENT_SECRET = "jsonLettersOnlyClientSecret"
+LETTERS_COOKIE = "cookieLettersOnlySession"
+PLANTED = [AWS_KEY, BEARER, PASSWORD, LETTERS_PASSWORD, LETTERS_API_KEY, LETTERS_CLIENT_SECRET, LETTERS_COOKIE]
+#: in an alert's annotations, stored with the notification
+ANNOTATION_PASSWORD = "annotationLettersOnlyPw"
 
 
 def _planted(tmp_path: Path) -> Path:
@@ -141,12 +148,21 @@ def _planted(tmp_path: Path) -> Path:
         f"s3 upload refused for key {AWS_KEY}",
         f"calling payments with Authorization: Bearer {BEARER}",
         f"db connect failed: password={PASSWORD} user=orders",
+        f"db connect failed: password={LETTERS_PASSWORD} user=orders",
+        f"rejected request X-Api-Key: {LETTERS_API_KEY} from gateway",
+        f'oauth token request failed body={{"client_id": "orders", "client_secret": "{LETTERS_CLIENT_SECRET}"}}',
+        f"session lookup failed Cookie: sid={LETTERS_COOKIE}",
     ]
     return incident_copy(
         tmp_path / "fixtures",
         log_lines=[
-            {"ts": f"2026-03-17T14:0{i}:10.000Z", "service": "order-service", "level": "ERROR", "message": message}
-            for i, message in enumerate(lines * 3, start=1)
+            {
+                "ts": f"2026-03-17T14:0{1 + i % 9}:{10 + i:02d}.000Z",
+                "service": "order-service",
+                "level": "ERROR",
+                "message": message,
+            }
+            for i, message in enumerate(lines * 3)
         ],
     )
 
@@ -159,6 +175,7 @@ def test_secrets_in_log_lines_are_stored_and_served_redacted(
     service = create_app(settings(tmp_path, fixtures_dir=fixture.parent), runner="thread", poll_s=0.2)
     with TestClient(service, headers=AUTH) as client:
         alert = order_alert(opsagent_fixture=fixture.name)
+        alert["annotations"]["description"] = f"db login failing, password={ANNOTATION_PASSWORD} rejected"
         incident_id = client.post("/webhook/alertmanager", json=notification([alert])).json()["incident_id"]
 
         def done() -> dict[str, Any] | None:
@@ -167,15 +184,17 @@ def test_secrets_in_log_lines_are_stored_and_served_redacted(
 
         body = wait_for(done, timeout_s=60)
         page = client.get(f"/incidents/{incident_id}.html").text
+    stored = store_text(tmp_path / "data" / "opsagent.db")
+    assert "db login failing, password=[REDACTED:secret] rejected" in stored  # the annotation's words stay
     observations = body["report"]["observations"]
     logs_text = "\n".join(o["text"] for o in observations if o["source"] == "logs")
     assert "[REDACTED:" in logs_text  # the planted lines were read, and masked
     assert_nowhere(
-        PLANTED,
+        [*PLANTED, ANNOTATION_PASSWORD],
         api=json.dumps(body),
         html=page,
         log=capsys.readouterr().err,
-        store=store_text(tmp_path / "data" / "opsagent.db"),
+        store=stored,
     )
 
 

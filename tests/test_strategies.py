@@ -110,11 +110,11 @@ def test_the_token_budget_stops_the_search_within_one_round_of_calls(name: str) 
 
 @pytest.mark.parametrize("name", NEW)
 def test_the_wall_clock_stops_the_search_and_is_named(name: str) -> None:
-    ticks = iter(range(0, 100_000, 30))  # every look at the clock advances 30 s
-
-    report, _ = investigate(ORDER_INCIDENT, name, budget=Budget(wall_s=60), clock=lambda: float(next(ticks)))
+    ticks = iter(range(0, 100_000, 30))  # every look at the clock advances 30 s: in a replay, that does not count
+    report, _ = investigate(ORDER_INCIDENT, name, budget=Budget(wall_s=2), clock=lambda: float(next(ticks)))
     assert report.status == "inconclusive"
-    assert report.budget_exhausted == "budget exhausted: 60 s wall clock"
+    assert report.budget_exhausted == "budget exhausted: 2 s wall clock (replay: 0.5 s a tool call)"
+    assert report.cost.tool_calls == 3  # and the onset's look at the alerting signal: 4 calls of 0.5 s
 
 
 # ---------------------------------------------------------------- determinism

@@ -122,3 +122,35 @@ def empty_prometheus() -> Iterator[str]:
     """A Prometheus that answers every read, with no data; yields its URL."""
     with _serving(_EmptyPrometheus) as url:
         yield url
+
+
+class _Huge(BaseHTTPRequestHandler):
+    """200 MB of a JSON answer, written as fast as it is read, with no length said (the connection's
+    end marks the body's): the client must stop reading, not the server writing."""
+
+    sent = 0
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("connection", "close")
+        self.end_headers()
+        chunk = b'{"metric": {"x": "' + b"x" * (1 << 20) + b'"}},'
+        try:
+            self.wfile.write(b'{"status": "success", "data": {"resultType": "vector", "result": [')
+            for _ in range(200):
+                self.wfile.write(chunk)
+                type(self).sent += len(chunk)
+        except OSError:  # the client hung up: what is being tested
+            pass
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def huge_upstream() -> Iterator[tuple[str, type[_Huge]]]:
+    """An upstream answering every GET with 200 MB; yields its URL and the handler (``sent``)."""
+    handler = type("Huge", (_Huge,), {"sent": 0})
+    with _serving(handler) as url:
+        yield url, handler

@@ -22,7 +22,7 @@ from opsagent.cli.common import ExitCode, deliver, err, fail, out, store, wide, 
 from opsagent.cli.options import PlaybooksOpt
 from opsagent.feedback import apply_feedback
 from opsagent.fixtures import not_utf8
-from opsagent.lessons import finalised, problems
+from opsagent.lessons import finalised, problems, root_cause_parts
 from opsagent.models import Lesson
 from opsagent.pipeline import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
@@ -186,6 +186,12 @@ def feedback_cmd(
     if correct == wrong:
         fail("say --correct or --wrong")
     first_checks = PlaybookReasoner(load_default_playbooks(playbooks)).first_checks()
+    if root_cause is not None:  # checked before anything is written: a typo must not replace a valid verdict
+        try:
+            service, kind = root_cause_parts(root_cause, kinds=first_checks)
+        except ValueError as exc:
+            fail(str(exc))
+        root_cause = f"{service}/{kind}"
     with store() as memory:
         try:
             done = apply_feedback(

@@ -239,7 +239,7 @@ class LLMReasoner:
                     f"~{estimate + MIN_COMPLETION_TOKENS}, {max(available, 0)} left)"
                 )
             completion = min(completion, left)
-            seconds = budget.wall_s - self.meter.elapsed_s()
+            seconds = self.meter.remaining_s()
             if seconds <= 0:
                 raise BudgetRefused(f"budget exhausted: {budget.wall_s:g} s wall clock")
         return completion, seconds

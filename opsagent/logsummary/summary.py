@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import count
@@ -24,6 +24,7 @@ from opsagent.logsummary.lines import LineParser
 from opsagent.logsummary.masking import MAX_LINE, Masker, is_masked
 from opsagent.logsummary.mining import WILDCARD, Template, TemplateMiner, combined
 from opsagent.models import LogsData, LogTemplate, TimeRange
+from opsagent.redaction import Redactor, redact, redactors
 
 #: Distinct values tracked per variable position of a template; later ones are not listed.
 MAX_VALUES = 32
@@ -150,6 +151,7 @@ class LogSummariser:
         template_limit: int = 2000,
         head: int = 3,
         cache_size: int = 50_000,
+        redaction: Sequence[Redactor] | None = None,
     ) -> None:
         self.max_templates = max_templates
         self.samples = samples
@@ -157,6 +159,9 @@ class LogSummariser:
         self.template_limit = template_limit
         self.head = head
         self.cache_size = cache_size
+        #: secrets are masked before a message is mined: a template, or the values one of its variable
+        #: positions held (``X-Api-Key: <*>`` → the keys), would otherwise carry them past every door
+        self._redaction = list(redactors() if redaction is None else redaction)
         self._masker = Masker(cache_size=cache_size)
         self._parsed: dict[str, _Parsed] = {}
         self._shapes: dict[str, _Shape] = {}
@@ -215,7 +220,7 @@ class LogSummariser:
         """The message's masked tokens, raw tokens, keyword families and oddities (remembered)."""
         hit = self._parsed.get(message)
         if hit is None:
-            hit = self._parse(message)
+            hit = self._parse(redact(message, self._redaction)[0])
             if len(self._parsed) >= self.cache_size:
                 self._parsed.clear()
             self._parsed[message] = hit

@@ -509,11 +509,13 @@ def create_app(
             await p.store.check_writable()
             counts = await p.store.job_counts(("queued", "running"))
         except StoreError as exc:
+            # The why (a file path, a PostgreSQL role, host and database) goes to the operator's log;
+            # this endpoint answers anyone, so it says only what is wrong.
             reason = f"the store cannot be written: {exc}"
             if unready != [reason]:
                 log.error("service.not_ready", error=reason)
                 unready[:] = [reason]
-            return JSONResponse(ProblemResponse(detail=reason).model_dump(), status_code=503)
+            return JSONResponse(ProblemResponse(detail="store not writable").model_dump(), status_code=503)
         if unready:
             log.info("service.ready")
             unready.clear()

@@ -29,7 +29,7 @@ from opsagent.catalog import default_catalog
 from opsagent.lessons import rule_check
 from opsagent.links import LinkSettings
 from opsagent.logconfig import configure
-from opsagent.loop import Budget
+from opsagent.loop import Budget, WorkClock
 from opsagent.models import Lesson, Report
 from opsagent.pipeline import investigate, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
@@ -259,6 +259,7 @@ async def _investigate(
             recording=plan.recording,
             now=datetime.now(UTC),
             links=_links(config.links, payload),
+            work=WorkClock() if plan.recording is not None else None,  # a replay: its budget counts work
         )
         return report, await collect(report, plan)
     finally:
