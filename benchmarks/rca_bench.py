@@ -418,15 +418,20 @@ async def main(args: argparse.Namespace) -> None:
                     runs = await run_set(cases, spec=chosen, books=books, use_signals=False)
                     print(row(name, chosen, runs, ""), flush=True)
         if args.ablate:
-            print("\nhybrid AC@1 with one localisation rule switched off (opsagent/ranking.py RULES):")
+            print("\nhybrid AC@1 / kind with one localisation rule switched off (opsagent/ranking.py RULES):")
             names = list(loaded)
-            print(f"{'rule':<22} " + " ".join(f"{n:>10}" for n in names))
-            base = {n: ac(await run_set(loaded[n], spec="hybrid", books=books), 1) for n in names}
-            print(f"{'(all rules on)':<22} " + " ".join(f"{base[n]:>10.3f}" for n in names))
+            print(f"{'rule':<22} " + " ".join(f"{n:>11}" for n in names))
+
+            def cell(runs: Sequence[Run]) -> str:
+                kind = sum(r.score.kind_hit for r in runs) / len(runs) if runs else 0.0
+                return f"{ac(runs, 1):.2f}/{kind:.2f}"
+
+            base = [cell(await run_set(loaded[n], spec="hybrid", books=books)) for n in names]
+            print(f"{'(all rules on)':<22} " + " ".join(f"{c:>11}" for c in base))
             for rule in args.rules.split(",") if args.rules else ranking.RULES:
                 with ranking.without(rule):
-                    cells = [ac(await run_set(loaded[n], spec="hybrid", books=books), 1) for n in names]
-                print(f"{rule:<22} " + " ".join(f"{c:>10.3f}" for c in cells), flush=True)
+                    cells = [cell(await run_set(loaded[n], spec="hybrid", books=books)) for n in names]
+                print(f"{rule:<22} " + " ".join(f"{c:>11}" for c in cells), flush=True)
     print(
         f"\n{time.strftime('%Y-%m-%d')}, playbook reasoner, replay sources, one run each"
         + ("" if args.no_llm else "; llm: the LLM reasoner with the packaged scripted model (follow_hints)")
