@@ -22,6 +22,9 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
   dependency's or resource's failure (errors of the component's own making);
 * ``kube:oom_killed|crash_loop|image_pull|unschedulable|probe_failed|node_pressure`` what the
   Kubernetes API says of the component's pods, their events and nodes;
+* ``kube:broken`` an object of the component (a workload, a node, a namespace) is broken and says so,
+  with ``kube:<sign>`` saying how (``quota_exceeded``, ``pods_refused``, ``scaled_to_zero``,
+  ``scheduler_silent``, ``node_not_ready``, … see :mod:`opsagent.analysis.kube`);
 * ``caller:<feature>`` what the component's callers show.
 """
 
@@ -152,6 +155,10 @@ def profiles_from(observations: Iterable[Observation], incident: Incident) -> di
 
 
 def _kube_features(profiles: dict[str, Profile], obs: Observation, data: KubernetesData, incident: Incident) -> None:
+    for finding in data.findings:  # a broken object, on the component the analyzer names
+        profile = profiles[finding.component]
+        profile.add("kube:broken", ranking.OBJECT_WEIGHT, obs, f"{finding.object} broken: {finding.why}")
+        profile.add(f"kube:{finding.sign}", ranking.KUBE_WEIGHT, obs, f"{finding.sign} ({finding.field})")
     services = sorted({p.service for p in data.pods} | {e.service for e in data.events if e.service})
     for service in services:
         ctx = Context(incident=incident, service=service)
@@ -297,6 +304,18 @@ def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None
                 if mag > callee.features.get(key, 0.0):
                     callee.features[key] = mag
                     callee.evidence[key] = caller.evidence[feature]
+
+
+def out_of_service(observations: Iterable[Observation]) -> set[str]:
+    """Components a broken Kubernetes object takes down: the object's own component and every service
+    it leaves without ready pods (a quota's namespace takes the workloads it refuses)."""
+    out: set[str] = set()
+    for obs in observations:
+        if obs.ok and isinstance(obs.data, KubernetesData):
+            for finding in obs.data.findings:
+                out.add(finding.component)
+                out.update(finding.affects)
+    return out
 
 
 def has_data(obs: Observation) -> bool:
