@@ -22,12 +22,14 @@ from datetime import datetime
 from typing import Any
 
 from opsagent.kubestate import Cluster
-from opsagent.models import KubeEvent, KubeFinding, PodState
+from opsagent.models import KubeEvent, KubeFinding, NodeState, PodState
 
 #: The workload kinds whose desired and ready replicas are compared.
 WORKLOADS = ("Deployment", "StatefulSet", "Rollout")
 #: Labels that mark a node of the control plane (where the scheduler runs).
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+#: The taints a node controller puts on a node that stopped reporting.
+DOWN_TAINT = re.compile(r"node\.kubernetes\.io/(unreachable|not-ready)")
 QUOTA = re.compile(r"exceeded quota", re.I)
 #: An admission refusal of a pod that names a referenced object the API could not find.
 MISSING_REFERENCE = re.compile(
@@ -93,6 +95,7 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
     """Workloads with fewer ready replicas than they ask for, each with the cause their pods and
     ReplicaSets give: a namespace quota or a missing referenced object refusing the pods (the API's
     FailedCreate), a pod no scheduler has placed, or the pods' own state."""
+    down = {n.name for n in cluster.nodes() if _not_ready(n)}
     out = []
     for kind in WORKLOADS:
         for obj in cluster.of(kind):
@@ -101,6 +104,11 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                 continue
             service = cluster.service_of(obj)
             pods = [p for p in cluster.pods if p.service == service and p.namespace == obj.namespace]
+            unready = [p for p in pods if not p.ready]
+            if unready and all(p.node in down for p in unready):
+                continue  # its pods sit on a node that is down: the node is the broken object
+            if down and any(DOWN_TAINT.search(e.message) for e in _events(cluster, service, "FailedScheduling", since)):
+                continue  # the only node it may run on is down (its taint keeps the pods off): the node's doing
             ref = _ref(kind, obj.namespace, obj.name)
             shortfall = f"{ready}/{desired} replicas ready"
             refused = _events(cluster, service, "FailedCreate", since)
@@ -218,8 +226,8 @@ def nodes_not_ready(cluster: Cluster, since: datetime) -> list[KubeFinding]:
     pod on them with it."""
     out = []
     for node in cluster.nodes():
-        if not any(p.startswith("NotReady") for p in node.problems):
-            continue  # ready, or no Ready condition read at all: nothing says it is down
+        if not _not_ready(node):
+            continue
         affected = sorted({p.service for p in cluster.pods if p.node == node.name})
         out.append(
             KubeFinding(
@@ -234,6 +242,11 @@ def nodes_not_ready(cluster: Cluster, since: datetime) -> list[KubeFinding]:
             )
         )
     return out
+
+
+def _not_ready(node: NodeState) -> bool:
+    """The node's Ready condition is there and not True (with none read at all, nothing says it is down)."""
+    return any(p.startswith("NotReady") for p in node.problems)
 
 
 #: Every analyzer, run in order over one read of the cluster.
