@@ -24,7 +24,8 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
   Kubernetes API says of the component's pods, their events and nodes;
 * ``kube:broken`` an object of the component (a workload, a node, a namespace) is broken and says so,
   with ``kube:<sign>`` saying how (``quota_exceeded``, ``pods_refused``, ``scaled_to_zero``,
-  ``scheduler_silent``, ``node_not_ready``, … see :mod:`opsagent.analysis.kube`);
+  ``scheduler_silent``, ``node_not_ready``, … see :mod:`opsagent.analysis.kube`) and
+  ``kube:points_to:<kind>`` the fault kind the broken object points to;
 * ``caller:<feature>`` what the component's callers show.
 """
 
@@ -159,6 +160,8 @@ def _kube_features(profiles: dict[str, Profile], obs: Observation, data: Kuberne
         profile = profiles[finding.component]
         profile.add("kube:broken", ranking.OBJECT_WEIGHT, obs, f"{finding.object} broken: {finding.why}")
         profile.add(f"kube:{finding.sign}", ranking.KUBE_WEIGHT, obs, f"{finding.sign} ({finding.field})")
+        if finding.kind != "unknown":  # the kind the object points to, for the playbooks of that kind
+            profile.add(f"kube:points_to:{finding.kind}", ranking.KUBE_WEIGHT, obs, f"points to {finding.kind}")
     services = sorted({p.service for p in data.pods} | {e.service for e in data.events if e.service})
     for service in services:
         ctx = Context(incident=incident, service=service)

@@ -30,6 +30,8 @@ WORKLOADS = ("Deployment", "StatefulSet", "Rollout")
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 #: The taints a node controller puts on a node that stopped reporting.
 DOWN_TAINT = re.compile(r"node\.kubernetes\.io/(unreachable|not-ready)")
+#: The kubelet's Killing event for a container whose liveness or startup probe failed.
+PROBE_KILL = re.compile(r"failed (liveness|startup) probe", re.I)
 QUOTA = re.compile(r"exceeded quota", re.I)
 #: An admission refusal of a pod that names a referenced object the API could not find.
 MISSING_REFERENCE = re.compile(
@@ -66,8 +68,11 @@ def _events(cluster: Cluster, service: str, reason: str, since: datetime) -> lis
     ]
 
 
-def _pod_cause(pods: Sequence[PodState]) -> tuple[str, str, str, str] | None:
-    """What the workload's pods say stops them: (sign, kind, why, field)."""
+def _pod_cause(pods: Sequence[PodState], kills: Sequence[KubeEvent]) -> tuple[str, str, str, str] | None:
+    """What the workload's pods say stops them: (sign, kind, why, field). Containers the kubelet
+    killed because a probe failed restart like a crash loop, but the probe is what broke."""
+    if kills:
+        return "probe_kills", "probe_failure", f"{kills[0].object}: {kills[0].message[:160]}", "events[Killing].message"
     for sign, kind, reasons in POD_CAUSES:
         for p in pods:
             for c in p.containers:
@@ -77,6 +82,11 @@ def _pod_cause(pods: Sequence[PodState]) -> tuple[str, str, str, str] | None:
                         f": {c.message[:160]}" if c.message else ""
                     )
                     return sign, kind, why, "status.containerStatuses[].state"
+    for p in pods:  # running again after exiting on its own: a crash loop between its back-offs
+        for c in p.containers:
+            if c.restarts and c.last_reason in ("Error", "StartError", "ContainerCannotRun"):
+                why = f"{p.name}/{c.name} restarted {c.restarts} times, last exit {c.last_reason} ({c.last_exit_code})"
+                return "crash_loop", "crash_loop", why, "status.containerStatuses[].lastState.terminated"
     pending = [p for p in pods if p.unschedulable]
     if pending:
         return (
@@ -148,7 +158,8 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
             if unplaced and not _events(cluster, service, "FailedScheduling", since):
                 out.extend(_scheduler_silent(cluster, service, ref, unplaced))
                 continue
-            cause = _pod_cause(pods)
+            kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
+            cause = _pod_cause(pods, kills)
             sign, fault, why, field = cause or ("unavailable", "unknown", "no pod says why", "status.readyReplicas")
             out.append(
                 KubeFinding(
