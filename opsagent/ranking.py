@@ -505,6 +505,21 @@ def suspects(
     return out
 
 
+def where_the_alert_points(services: Sequence[str]) -> list[Suspect]:
+    """When nothing the sources read sets a component apart, the alerting services are still where a
+    human should look first: listed, unverified, with no kind and no score, and saying so."""
+    return [
+        Suspect(
+            component=s,
+            kind="unknown",
+            score=0.0,
+            status="unverified",
+            why="nothing read set a component apart; the alert names this service",
+        )
+        for s in services
+    ]
+
+
 def _rest_order(s: Suspect) -> tuple[float, int, str]:
     return (-s.score, 0 if s.kind != "unknown" else 1, s.component)
 
