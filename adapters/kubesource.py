@@ -24,7 +24,7 @@ from opsagent.models import Incident, KubernetesData
 log = structlog.get_logger("opsagent.adapters")
 
 #: The kinds read for one investigation; pods are required, the rest make it better.
-READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "Rollout")
+READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "StatefulSet", "Rollout")
 
 
 class RecordedObjects:

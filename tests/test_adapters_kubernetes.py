@@ -24,7 +24,7 @@ from kr8s.asyncio.objects import Pod
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
 from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
-from adapters.kubesource import KubernetesState, RolloutChanges, replay_kubernetes
+from adapters.kubesource import READ, KubernetesState, RolloutChanges, replay_kubernetes
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import NotReadOnly, SourceAuthFailed
 from opsagent.features import profiles_from
@@ -123,6 +123,10 @@ def test_a_live_read_says_what_the_recorded_incident_says(recorded: Any, kubecon
             try:
                 a = await live.pods(incident=incident, service="cart-service")
                 b = await replayed.pods(incident=incident, service="cart-service")
+                # the whole cluster's read, with what the object analyzers find, says the same too
+                assert await live.pods(incident=incident, service=None) == await replayed.pods(
+                    incident=incident, service=None
+                )
                 start, end = incident.window.start - dt.timedelta(hours=2), incident.window.end
                 changes = await RolloutChanges(live).changes(start=start, end=end, service="cart-service")
             finally:
@@ -134,7 +138,7 @@ def test_a_live_read_says_what_the_recorded_incident_says(recorded: Any, kubecon
     assert live == replay
     assert [c.model_dump() for c in live_changes] == [c.model_dump() for c in replay_changes]
     lists = [r for r in fake.requests if "continue" not in r.url.params and not r.url.path.startswith("/version")]
-    assert len(lists) == 6  # one read of each kind per investigation, whatever is asked of it
+    assert len(lists) == len(READ)  # one read of each kind per investigation, whatever is asked of it
 
 
 def test_the_pods_observation_names_the_oom_kills_and_the_limit(recorded: Any) -> None:
@@ -528,6 +532,23 @@ def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kube
         empty = asyncio.run(check(config.model_copy(update={"namespaces": ["nothing-here"]}), environ={}))
     assert health.ok and health.version == "v1.31.4"
     assert empty.reachable and "no pods visible in nothing-here" in empty.problems[0]
+
+
+def test_doctor_names_the_kinds_the_credentials_may_list_and_those_it_may_not(recorded: Any, kubeconfig: Path) -> None:
+    from adapters.sourceconfig import KubernetesConfig
+    from opsagent.doctor import check
+
+    recording, _ = recorded
+    with respx.mock(assert_all_called=False) as router:
+        FakeCluster(recording.kubernetes, forbid={"Event", "Node"}).install(router, SERVER)
+        config = KubernetesConfig(name="prod", auth="kubeconfig", kubeconfig=kubeconfig, namespaces=["prod"])
+        health = asyncio.run(check(config, environ={}))
+    assert health.reachable and not health.ok
+    assert health.readable == ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "Rollout"]
+    refused = [p for p in health.problems if p.startswith("cannot list")]
+    assert [p.split(":")[0] for p in refused] == ["cannot list Event", "cannot list Node"]
+    assert all("403" in p for p in refused)
+    assert any("grant get, list and watch on Event" in f for f in health.fixes)
 
 
 def test_what_a_live_investigation_read_of_the_cluster_is_recorded_as_it_came(recorded: Any, kubeconfig: Path) -> None:
