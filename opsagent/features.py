@@ -310,13 +310,13 @@ def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None
 
 
 def out_of_service(observations: Iterable[Observation]) -> set[str]:
-    """Components a broken Kubernetes object takes down: the object's own component and every service
-    it leaves without ready pods (a quota's namespace takes the workloads it refuses)."""
+    """Services a broken Kubernetes object leaves without a ready pod (a quota's namespace takes the
+    workloads it refuses, a node that is down the services on it); a workload short-handed but still
+    serving is not among them."""
     out: set[str] = set()
     for obs in observations:
         if obs.ok and isinstance(obs.data, KubernetesData):
             for finding in obs.data.findings:
-                out.add(finding.component)
                 out.update(finding.affects)
     return out
 

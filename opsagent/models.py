@@ -440,7 +440,9 @@ class KubeFinding(Frozen):
     kind: FaultKind = Field(description="the fault kind the object points to; unknown where none fits")
     why: str
     field: str = Field(description="the field or event that shows it, e.g. status.readyReplicas")
-    affects: list[str] = Field(default_factory=list, description="services that lose their pods by it")
+    affects: list[str] = Field(
+        default_factory=list, description="services it leaves without a ready pod (none: they still serve)"
+    )
     at: AwareDatetime | None = Field(default=None, description="when the object last said so")
 
 

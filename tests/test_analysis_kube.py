@@ -83,3 +83,11 @@ def test_a_container_that_exits_by_itself_and_restarts_is_a_crash_loop_not_a_pro
 
 def test_a_healthy_cluster_and_an_event_about_no_object_give_no_finding() -> None:
     assert findings("healthy") == []
+
+
+def test_a_workload_short_handed_but_still_serving_takes_no_service_down() -> None:
+    """One of two replicas cannot be placed: the workload is broken and says why, but it still serves,
+    so no caller is explained away by it."""
+    (f,) = findings("short_handed")
+    assert (f.component, f.sign, f.kind) == ("cart", "unschedulable", "scheduling_failure")
+    assert "Insufficient memory" in f.why and f.affects == []

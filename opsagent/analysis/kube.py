@@ -121,6 +121,7 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                 continue  # the only node it may run on is down (its taint keeps the pods off): the node's doing
             ref = _ref(kind, obj.namespace, obj.name)
             shortfall = f"{ready}/{desired} replicas ready"
+            lost = [service] if ready == 0 else []  # with a ready pod left it still serves, short-handed
             refused = _events(cluster, service, "FailedCreate", since)
             quota = next((e for e in refused if QUOTA.search(e.message)), None)
             if quota is not None:
@@ -133,7 +134,7 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                         kind="scheduling_failure",
                         why=f"{ref} {shortfall}: {quota.message[:200]}",
                         field="events[FailedCreate].message",
-                        affects=[service],
+                        affects=lost,
                         at=quota.last_seen,
                     )
                 )
@@ -149,14 +150,14 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                         kind="config_change",
                         why=f"{ref} {shortfall}, no pod created: {missing.message[:200]}",
                         field="events[FailedCreate].message",
-                        affects=[service],
+                        affects=lost,
                         at=missing.last_seen,
                     )
                 )
                 continue
             unplaced = [p for p in pods if p.phase == "Pending" and not p.node and not p.unschedulable]
             if unplaced and not _events(cluster, service, "FailedScheduling", since):
-                out.extend(_scheduler_silent(cluster, service, ref, unplaced))
+                out.extend(_scheduler_silent(cluster, lost, ref, unplaced))
                 continue
             kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
             cause = _pod_cause(pods, kills)
@@ -170,13 +171,13 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                     kind=fault,
                     why=f"{ref} {shortfall}: {why}",
                     field=field,
-                    affects=[service],
+                    affects=lost,
                 )
             )
     return out
 
 
-def _scheduler_silent(cluster: Cluster, service: str, ref: str, unplaced: list[PodState]) -> list[KubeFinding]:
+def _scheduler_silent(cluster: Cluster, lost: list[str], ref: str, unplaced: list[PodState]) -> list[KubeFinding]:
     """Pods Pending with no node, no scheduling condition and no FailedScheduling event: no scheduler
     has looked at them, so the control plane that runs it is what broke."""
     planes = [n.name for n in cluster.of("Node") if _control_plane(n.metadata.labels)]
@@ -190,7 +191,7 @@ def _scheduler_silent(cluster: Cluster, service: str, ref: str, unplaced: list[P
             kind="scheduling_failure",
             why=why,
             field="status.conditions[PodScheduled] absent",
-            affects=[service],
+            affects=lost,
         )
         for plane in planes[:1]
     ]
