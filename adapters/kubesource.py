@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import structlog
 
 from adapters.protocols import KubernetesReader
+from opsagent.analysis.kube import analyze
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
@@ -23,7 +24,7 @@ from opsagent.models import Incident, KubernetesData
 log = structlog.get_logger("opsagent.adapters")
 
 #: The kinds read for one investigation; pods are required, the rest make it better.
-READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "Rollout")
+READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "StatefulSet", "Rollout")
 
 
 class RecordedObjects:
@@ -97,6 +98,8 @@ class KubernetesState:
     async def pods(self, *, incident: Incident, service: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()
         data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
+        if service is None:  # the whole cluster's read: which objects are broken, and why
+            data = data.model_copy(update={"findings": analyze(cluster, since=since_onset(incident.onset))})
         return data.model_copy(update={"unread": unread}) if unread else data
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:

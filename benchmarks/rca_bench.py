@@ -6,7 +6,10 @@
 Sets: ``corpus`` (the recorded incidents in fixtures/incidents, written by this team), ``rollouts``
 (those of them with two or more rollouts in flight), ``petshop``
 (PetShop's 48 test issues, converted into a temporary directory), and the real incidents of
-``rca-dev`` (``nezha-tt``, ``nezha-ob``, ``changerca``; see ../shared/datasets/README.md). Every
+``rca-dev`` (``nezha-tt``, ``nezha-ob``, ``changerca``; see ../shared/datasets/README.md) and
+``cloudopsbench`` (Kubernetes fault injections, ../shared/datasets/cloudopsbench-dev, with a table per
+system and fault category: component AC@1/AC@3, kind, component+kind @1, verdicts, how many confirmed
+verdicts name the true component and kind, calls, p50 wall). Every
 investigation is the playbook reasoner on the replay sources, no servers; ``--strategies all`` is
 every strategy of opsagent/strategies (hybrid, react, tot, plan, mcts, reflexion), with their default
 options (a strategy may be given with options: ``tot:beam=3``).
@@ -62,7 +65,7 @@ from opsagent.strategies import STRATEGIES, strategy  # noqa: E402
 
 RCA_DEV = ("nezha-tt", "nezha-ob", "changerca")
 STARTED = time.perf_counter()
-ALL_SETS = ("corpus", "rollouts", "petshop", *RCA_DEV)
+ALL_SETS = ("corpus", "rollouts", "petshop", *RCA_DEV, "cloudopsbench")
 
 #: The best published service-level figure on the same data (top-1), and where it comes from.
 PUBLISHED = {
@@ -72,6 +75,7 @@ PUBLISHED = {
     "nezha-tt": "0.867 / 0.978 Nezha (FSE'23, 45 cases)",
     "nezha-ob": "0.929 / 0.964 Nezha (FSE'23, 56 cases)",
     "changerca": "0.45-0.51 service localisers; change HR@1 0.882 ChangeRCA",
+    "cloudopsbench": "A@1 0.73 OB / 0.58 TT (whole benchmark; category+component+fault type)",
 }
 
 
@@ -131,6 +135,8 @@ def load_set(name: str, shared: Path, tmp: Path) -> list[Case]:
         petshop = _petshop_module()
         made = petshop.convert(shared / "petshop", tmp / "petshop", ("test",))
         return [c for m in made for c in _load_dir(m.path.parent) if c.recording.slug == m.path.name]
+    if name == "cloudopsbench":
+        return _load_dir(shared / "cloudopsbench-dev")
     return _load_dir(shared / "rca-dev" / name)
 
 
@@ -181,7 +187,7 @@ def precision(runs: Sequence[Run], status: str) -> str:
     chosen = [r for r in runs if r.report.status == status]
     if not chosen:
         return "   -   "
-    right = sum(1 for r in chosen if r.report.root_cause and r.report.root_cause.component == r.case.truth.service)
+    right = sum(1 for r in chosen if r.report.root_cause and r.report.root_cause.component == r.case.truth.target)
     return f"{right / len(chosen):.2f}({len(chosen):>2})"
 
 
@@ -225,6 +231,64 @@ HEADER = (
     f"{'P(prob)':>8} {'calls':>5} {'tokens':>6} {'llm':>5} {'budget':>7} {'max':>5} {'p50ms':>6} {'maxms':>6}  "
     "published (top-1 / top-3)"
 )
+
+
+def component_and_kind(run: Run) -> bool:
+    """The top suspect names the true component and the true kind."""
+    return run.score.hit1 and bool(run.score.top) and run.score.top[0][1] == run.case.truth.kind
+
+
+def confirmed_right(runs: Sequence[Run]) -> str:
+    """Confirmed verdicts whose root cause is the true component with the true kind (n in brackets)."""
+    chosen = [r for r in runs if r.report.status == "confirmed" and r.report.root_cause is not None]
+    if not chosen:
+        return "   -   "
+    right = sum(
+        1
+        for r in chosen
+        if r.report.root_cause is not None
+        and (r.report.root_cause.component, r.report.root_cause.kind) == (r.case.truth.target, r.case.truth.kind)
+    )
+    return f"{right / len(chosen):.2f}({len(chosen):>2})"
+
+
+def group_of(run: Run) -> tuple[str, str]:
+    """(system, category) of a converted Cloud-OpsBench case: the system is the slug's middle part
+    (``cob-ob-002``: ob), the category the benchmark's own (truth.raw_fault_taxonomy)."""
+    parts = run.case.recording.slug.split("-")
+    system = parts[1] if len(parts) > 2 else "?"
+    extra = run.case.truth.model_extra or {}
+    return system, str(extra.get("raw_fault_taxonomy", "?"))
+
+
+BREAKDOWN_HEADER = (
+    f"{'system':<6} {'category':<22} {'n':>3} {'AC@1':>5} {'AC@3':>5} {'kind':>5} {'c+k@1':>5} "
+    f"{'conf':>4} {'prob':>4} {'inc':>4} {'P(c+k|conf)':>11} {'calls':>5} {'p50ms':>6}"
+)
+
+
+def breakdown(runs: Sequence[Run]) -> list[str]:
+    """Per system and per category: component AC@1/AC@3, kind accuracy, component+kind @1, verdict
+    counts, how many confirmed verdicts name the true component and kind, calls, p50 wall."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        system, category = group_of(r)
+        groups.setdefault((system, "(all)"), []).append(r)
+        groups.setdefault((system, category), []).append(r)
+    lines = [BREAKDOWN_HEADER, "-" * len(BREAKDOWN_HEADER)]
+    for (system, category), chosen in sorted(groups.items()):
+        kinds = [r.score.kind_hit for r in chosen if r.case.truth.kind != "unknown"]
+        kind = f"{sum(kinds) / len(kinds):>5.2f}" if kinds else "    -"
+        status = [r.report.status for r in chosen]
+        lines.append(
+            f"{system:<6} {category:<22} {len(chosen):>3} {ac(chosen, 1):>5.2f} {ac(chosen, 3):>5.2f} {kind} "
+            f"{sum(map(component_and_kind, chosen)) / len(chosen):>5.2f} {status.count('confirmed'):>4} "
+            f"{status.count('probable'):>4} {status.count('inconclusive'):>4} {confirmed_right(chosen):>11} "
+            f"{mean([r.report.cost.tool_calls for r in chosen]):>5.1f} {median([r.wall_ms for r in chosen]):>6.0f}"
+        )
+    without = sum(1 for r in runs if not r.report.suspects)
+    lines.append(f"investigations without a suspect: {without} of {len(runs)}")
+    return lines
 
 
 def cost_model(name: str, budget: Budget) -> tuple[str, int]:
@@ -365,6 +429,9 @@ async def main(args: argparse.Namespace) -> None:
                 print(row(name, chosen, runs, PUBLISHED[name] if chosen == strategies[0] else ""), flush=True)
                 if chosen == "hybrid":
                     everything.extend(runs)
+                if name == "cloudopsbench":
+                    print(f"\n{name}, {chosen}, per system and category:")
+                    print("\n".join(breakdown(runs)) + "\n")
                 if args.misses and chosen == "hybrid":
                     for r in runs:
                         if not r.score.hit1:
@@ -393,9 +460,7 @@ async def main(args: argparse.Namespace) -> None:
                 print("\n".join(slices(name, runs, day_of)))
         if everything:
             conf = [r for r in everything if r.report.status == "confirmed"]
-            right = sum(
-                1 for r in conf if r.report.root_cause and r.report.root_cause.component == r.case.truth.service
-            )
+            right = sum(1 for r in conf if r.report.root_cause and r.report.root_cause.component == r.case.truth.target)
             both = sum(1 for r in conf if r.score.hit1 and r.score.kind_hit)
             print(
                 f"\nhybrid, all sets: {len(conf)} confirmed verdicts, {right} on the true service"

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from adapters.config import close_reader, live_catalog, reader_for
+from adapters.kubesource import READ
 from adapters.sourceconfig import (
     AnySourceConfig,
     ElasticsearchConfig,
@@ -79,6 +80,9 @@ class Health(BaseModel):
     problems: list[str] = Field(default_factory=list)
     fixes: list[str] = Field(default_factory=list)
     signals: list[SignalCheck] = Field(default_factory=list, description="core signals (Prometheus)")
+    readable: list[str] = Field(
+        default_factory=list, description="Kubernetes: the object kinds these credentials may list"
+    )
 
     @property
     def ok(self) -> bool:
@@ -228,6 +232,7 @@ async def _probe(config: AnySourceConfig, reader: Any, health: Health, span: Tim
         if not pods:
             health.problems.append("no pods visible in " + (", ".join(config.namespaces) or "any namespace"))
             health.fixes.append("check namespaces: and the RBAC of the identity (docs/sources.md: the RBAC it needs)")
+        await _kube_kinds(reader, health)
     elif isinstance(config, TempoConfig):
         info, health.latency_ms = await _timed(reader.build_info)
         health.version = str(info.get("version")) if info.get("version") else None
@@ -239,6 +244,20 @@ async def _probe(config: AnySourceConfig, reader: Any, health: Health, span: Tim
             health.fixes.append("check that traces are being sent and that url is the query service (port 16686)")
     else:  # a change feed
         _, health.latency_ms = await _timed(lambda: reader.changes(start=span.start, end=span.end, service=None))
+
+
+async def _kube_kinds(reader: Any, health: Health) -> None:
+    """Which of the kinds an investigation reads these credentials may list (RBAC): each one tried,
+    the refused ones named with the API's answer; pods were read already."""
+    health.readable.append("Pod")
+    for kind in READ[1:]:
+        try:
+            await reader.objects(kind=kind)
+        except SourceError as exc:
+            health.problems.append(f"cannot list {kind}: {exc}")
+            health.fixes.append(f"grant get, list and watch on {kind} to the identity (docs/kubernetes.md: RBAC)")
+        else:
+            health.readable.append(kind)
 
 
 def investigated_range(at: datetime | None = None, *, now: datetime | None = None) -> TimeRange:

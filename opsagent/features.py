@@ -25,6 +25,10 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``mech:capacity:<signal>`` newly used share of a known limit, ``mech:calls_in`` calls into the
   component slowed between the ends: fault mechanisms judged against the incident's other components
   (:mod:`opsagent.mechanisms`);
+* ``kube:broken`` an object of the component (a workload, a node, a namespace) is broken and says so,
+  with ``kube:<sign>`` saying how (``quota_exceeded``, ``pods_refused``, ``scaled_to_zero``,
+  ``scheduler_silent``, ``node_not_ready``, … see :mod:`opsagent.analysis.kube`) and
+  ``kube:points_to:<kind>`` the fault kind the broken object points to;
 * ``caller:<feature>`` what the component's callers show.
 """
 
@@ -155,6 +159,12 @@ def profiles_from(observations: Iterable[Observation], incident: Incident) -> di
 
 
 def _kube_features(profiles: dict[str, Profile], obs: Observation, data: KubernetesData, incident: Incident) -> None:
+    for finding in data.findings:  # a broken object, on the component the analyzer names
+        profile = profiles[finding.component]
+        profile.add("kube:broken", ranking.OBJECT_WEIGHT, obs, f"{finding.object} broken: {finding.why}")
+        profile.add(f"kube:{finding.sign}", ranking.KUBE_WEIGHT, obs, f"{finding.sign} ({finding.field})")
+        if finding.kind != "unknown":  # the kind the object points to, for the playbooks of that kind
+            profile.add(f"kube:points_to:{finding.kind}", ranking.KUBE_WEIGHT, obs, f"points to {finding.kind}")
     services = sorted({p.service for p in data.pods} | {e.service for e in data.events if e.service})
     for service in services:
         ctx = Context(incident=incident, service=service)
@@ -328,6 +338,18 @@ def add_caller_features(profiles: dict[str, Profile], graph: list[Edge]) -> None
                 if mag > callee.features.get(key, 0.0):
                     callee.features[key] = mag
                     callee.evidence[key] = caller.evidence[feature]
+
+
+def out_of_service(observations: Iterable[Observation]) -> set[str]:
+    """Services a broken Kubernetes object leaves without a ready pod (a quota's namespace takes the
+    workloads it refuses, a node that is down the services on it); a workload short-handed but still
+    serving is not among them."""
+    out: set[str] = set()
+    for obs in observations:
+        if obs.ok and isinstance(obs.data, KubernetesData):
+            for finding in obs.data.findings:
+                out.update(finding.affects)
+    return out
 
 
 def has_data(obs: Observation) -> bool:

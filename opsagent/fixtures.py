@@ -72,6 +72,17 @@ class Truth(BaseModel):
     summary: str
     change_ids: list[str] = Field(default_factory=list)
     expect: Literal["confirmed", "inconclusive"] | None = None
+    component: str | None = Field(
+        default=None,
+        description="the broken component where it is not a service (a workload, a Service object, a node, "
+        "a namespace); scoring accepts it, and ``service`` where it is absent",
+    )
+    object_type: Literal["app", "workload", "service", "node", "namespace"] | None = None
+
+    @property
+    def target(self) -> str:
+        """The component a suspect must name to be right."""
+        return self.component or self.service
 
 
 TelemetryName = Literal["metrics", "logs", "changes", "traces", "kubernetes"]

@@ -165,6 +165,7 @@ class Cluster:
         }
         self.pods = [self._pod(o) for o in self.by_kind["Pod"]]
         self._pod_service = {(p.namespace, p.name): p.service for p in self.pods}
+        self._events: list[KubeEvent] | None = None
 
     def of(self, kind: str) -> list[KubeObject]:
         return self.by_kind.get(kind, [])
@@ -217,6 +218,11 @@ class Cluster:
 
     def events(self) -> list[KubeEvent]:
         """Events folded per (object, reason): counts added, first and last seen kept."""
+        if self._events is None:
+            self._events = self._fold_events()
+        return list(self._events)
+
+    def _fold_events(self) -> list[KubeEvent]:
         folded: dict[tuple[str, str, str], KubeEvent] = {}
         for obj in self.of("Event"):
             e: _Event = _view(_Event, obj.model_extra)

@@ -134,16 +134,16 @@ def from_truth(report: Report, truth: Truth, now: datetime, *, first_checks: Map
     The next action is what found the truth (the first call of the hypothesis that matched it), so
     the next investigation under the same trigger starts where this one should have."""
     found = next(
-        (r for r in report.results if (r.hypothesis.component, r.hypothesis.kind) == (truth.service, truth.kind)),
+        (r for r in report.results if (r.hypothesis.component, r.hypothesis.kind) == (truth.target, truth.kind)),
         None,
     )
     remedy = found.steps[0].action if found is not None and found.steps else None
     if remedy is None and truth.kind in first_checks:
-        remedy = concrete(first_checks[truth.kind], truth.service)
+        remedy = concrete(first_checks[truth.kind], truth.target)
     out: list[Lesson] = []
     observed = {o.id: o for o in report.observations}
     for r in report.results:
-        if (r.hypothesis.component, r.hypothesis.kind) == (truth.service, truth.kind):
+        if (r.hypothesis.component, r.hypothesis.kind) == (truth.target, truth.kind):
             continue
         if r.verdict.status == "refuted":
             lesson = from_refutation(report.incident, r, now, observed, next_action=remedy)
@@ -173,7 +173,7 @@ def _wrong_conclusion(
     h = r.hypothesis
     citations = [
         Citation(
-            observation_id=e.observation_id, value=f"{e.statement} — yet the cause was {truth.kind} on {truth.service}"
+            observation_id=e.observation_id, value=f"{e.statement} — yet the cause was {truth.kind} on {truth.target}"
         )
         for e in r.verdict.supporting
     ]

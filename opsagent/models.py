@@ -448,6 +448,24 @@ class WorkloadState(Frozen):
     pending: int = 0
 
 
+class KubeFinding(Frozen):
+    """A Kubernetes object that is broken and says so (:mod:`opsagent.analysis.kube`): which object,
+    what kind of component it is, the field or event that shows it, the fault kind it points to, and
+    the services it takes down with it."""
+
+    component: str = Field(description="the suspect to name: the workload, Service, node or namespace")
+    component_type: Literal["workload", "service", "node", "namespace"]
+    object: str = Field(description="Kind/namespace/name of the broken object")
+    sign: str = Field(description="what is broken, as the feature kube:<sign>")
+    kind: FaultKind = Field(description="the fault kind the object points to; unknown where none fits")
+    why: str
+    field: str = Field(description="the field or event that shows it, e.g. status.readyReplicas")
+    affects: list[str] = Field(
+        default_factory=list, description="services it leaves without a ready pod (none: they still serve)"
+    )
+    at: AwareDatetime | None = Field(default=None, description="when the object last said so")
+
+
 class KubernetesData(Frozen):
     """What the Kubernetes API says about a service's pods (or every workload's), their events and nodes,
     as read at ``read_at`` (a live read: now; a recorded incident: when it was recorded)."""
@@ -461,6 +479,9 @@ class KubernetesData(Frozen):
     nodes: list[NodeState] = Field(default_factory=list)
     omitted_pods: int = Field(default=0, description="pods of the answer not listed (healthy ones first)")
     unread: list[str] = Field(default_factory=list, description="kinds the API would not list, and why")
+    findings: list[KubeFinding] = Field(
+        default_factory=list, description="objects that are broken and say so (the whole cluster's read)"
+    )
 
 
 class ErrorData(Frozen):

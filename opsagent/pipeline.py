@@ -232,7 +232,7 @@ def conclude(
         outcome.results,
         [(c.component, c.score, c.why) for c in outcome.triage.components],
         outcome.triage.graph,
-    )
+    ) or ranking.where_the_alert_points(incident.services)
     stopped = meter.exhausted(0) or next((r.stop_reason for r in outcome.results if r.stop_reason.budget), None)
     exhausted = meter.describe(stopped) if stopped is not None else None
     top = ranked[0] if ranked and ranked[0].status in ("confirmed", "probable") else None

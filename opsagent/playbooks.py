@@ -113,6 +113,7 @@ Op = Literal[
     "kube_event",
     "node_pressure",
     "pods_steady",
+    "object_broken",
     "version_worse",
     "version_no_worse",
     "version_unseen",
@@ -151,7 +152,16 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "calls_in_slow",
         "calls_in_fine",
     ),
-    "kubernetes": ("terminated", "waiting", "pending", "not_ready", "kube_event", "node_pressure", "pods_steady"),
+    "kubernetes": (
+        "terminated",
+        "waiting",
+        "pending",
+        "not_ready",
+        "kube_event",
+        "node_pressure",
+        "pods_steady",
+        "object_broken",
+    ),
 }
 
 
@@ -884,6 +894,21 @@ def _not_ready(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     return _signs_found(kubestate.not_ready(data, ctx.service), f"every running container of {ctx.service} is ready")
 
 
+def _object_broken(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
+    """An object of the component (its workload, or the node or namespace it names) is broken and says
+    so, with one of the signs asked for (any, when none is named); None when the read lists no broken
+    object at all (a read of one service's pods, which the analyzers do not run over)."""
+    data = _kube(obs)
+    if data is None or not data.findings:
+        return _UNKNOWN
+    found = [
+        f"{f.object}: {f.why} ({f.field})"
+        for f in data.findings
+        if f.component == ctx.service and (not exp.reasons or f.sign in exp.reasons)
+    ]
+    return _signs_found(found, f"no broken object of {ctx.service}")
+
+
 def _kube_event(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     data = _kube(obs)
     if data is None:
@@ -946,6 +971,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "kube_event": _kube_event,
     "node_pressure": _node_pressure,
     "pods_steady": _pods_steady,
+    "object_broken": _object_broken,
 }
 
 

@@ -45,6 +45,7 @@ RULES: dict[str, str] = {
     "discovery": "metric names the catalog has never seen map to its signals by convention",
     "mechanisms": "fault mechanisms (capacity used, calls into a component slowed) judged against the "
     "incident's other components weigh by how clearly they stand out",
+    "out_of_service": "a caller whose dependency is out of service (a broken Kubernetes object) is not the cause",
     "elimination": "a rollout whose new version reports nothing, when every other rollout in flight was cleared, "
     "is the change left: it weighs as much as one measured worse",
 }
@@ -228,6 +229,9 @@ LOG_CAP, CHANGE_CAP = 3.5, 0.5
 #: A sign the Kubernetes API gives of a component (an OOM kill, a crash loop, … see opsagent.features)
 #: weighs this; together they add at most KUBE_CAP: the cluster says *that* pods fail, not why.
 KUBE_WEIGHT, KUBE_CAP = 0.75, 1.5
+#: An object that is broken and says so (a workload short of ready replicas, pods the API refuses, a
+#: node not ready): categorical evidence, so it weighs as much as the loudest logs can.
+OBJECT_WEIGHT = 4.0
 
 
 def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
@@ -252,7 +256,8 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     score += features.get("version:worse", 0.0) + features.get("version:unseen", 0.0)
     if "version:no_worse" not in features:  # a new version that behaves like the old does not count
         score += min(sum(v for k, v in sorted(features.items()) if k.startswith("change:")), CHANGE_CAP)
-    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:")), KUBE_CAP)
+    score += min(sum(v for k, v in sorted(features.items()) if k.startswith("kube:") and k != "kube:broken"), KUBE_CAP)
+    score += features.get("kube:broken", 0.0)
     # Fault mechanisms, weighed by how clearly they stand out in this incident. One the component's own
     # metrics also show (capacity used is a metric shift too) is a floor under its score; one they
     # cannot show (time lost on the way in, errors of its own making) adds to it.
@@ -264,6 +269,28 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
 
 #: Mechanisms whose evidence is a shift of the component's own metrics, already in its score.
 SHOWN_IN_METRICS = ("mech:capacity:",)
+
+
+#: What a component keeps of its own score when a dependency of it is out of service.
+OUT_OF_SERVICE_EXPLAINS = 0.25
+
+
+def explain_by_out_of_service(
+    own: Mapping[str, float], graph: list[Edge], out_of_service: set[str]
+) -> dict[str, float]:
+    """A caller whose dependency (or a dependency's dependency) is out of service, its object broken
+    (no ready pods, pods refused, a node down), logs and fails because of it: its own score is the
+    dependency's doing, and it keeps only a share of it. A component that is itself out of service
+    keeps all of its own."""
+    if not on("out_of_service") or not out_of_service:
+        return dict(own)
+    out = dict(own)
+    for component, score in own.items():
+        if component in out_of_service:
+            continue
+        if descendants(graph, (component,)) & out_of_service:
+            out[component] = score * OUT_OF_SERVICE_EXPLAINS
+    return out
 
 
 # ---------------------------------------------------------------- along the call graph
@@ -542,6 +569,21 @@ def suspects(
             )
     out.extend(s for s in sorted(rest.values(), key=_rest_order) if all(o.component != s.component for o in out))
     return out
+
+
+def where_the_alert_points(services: Sequence[str]) -> list[Suspect]:
+    """When nothing the sources read sets a component apart, the alerting services are still where a
+    human should look first: listed, unverified, with no kind and no score, and saying so."""
+    return [
+        Suspect(
+            component=s,
+            kind="unknown",
+            score=0.0,
+            status="unverified",
+            why="nothing read set a component apart; the alert names this service",
+        )
+        for s in services
+    ]
 
 
 def _rest_order(s: Suspect) -> tuple[float, int, str]:

@@ -91,7 +91,7 @@ class Scoreboard(BaseModel):
 
 def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
     components = [s.component for s in report.suspects]
-    rank = components.index(truth.service) + 1 if truth.service in components else None
+    rank = components.index(truth.target) + 1 if truth.target in components else None
     top = report.suspects[0] if report.suspects else None
     expected = truth.expect or ("inconclusive" if truth.kind == "unknown" else "confirmed")
     if expected == "inconclusive":
@@ -100,13 +100,13 @@ def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
         verdict_ok = (
             report.status in ("confirmed", "probable")
             and report.root_cause is not None
-            and report.root_cause.component == truth.service
+            and report.root_cause.component == truth.target
             and report.root_cause.kind == truth.kind
         )
     change_rank = next((n for n, c in enumerate(report.changes, start=1) if set(c.ids) & set(truth.change_ids)), None)
     return IncidentScore(
         slug=slug,
-        truth_service=truth.service,
+        truth_service=truth.target,
         truth_kind=truth.kind,
         expected=expected,
         status=report.status,
@@ -178,7 +178,7 @@ async def replay(
         result = score(directory.name, report, truth)
         scores.append(result)
         if memory is not None:
-            misled = misled_by(report.lessons_used, truth.service, truth.kind)
+            misled = misled_by(report.lessons_used, truth.target, truth.kind)
             acted = [u.lesson_id for u in report.lessons_used if u.acted and u.lesson_id not in misled]
             memory.count_use([u.lesson_id for u in report.lessons_used])
             memory.count_use(misled, counter="misled")

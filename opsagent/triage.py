@@ -14,7 +14,15 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from opsagent import ranking
-from opsagent.features import Profile, add_caller_features, add_mechanism_features, has_data, profiles_from, rolled_out
+from opsagent.features import (
+    Profile,
+    add_caller_features,
+    add_mechanism_features,
+    has_data,
+    out_of_service,
+    profiles_from,
+    rolled_out,
+)
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
 from opsagent.models import (
@@ -92,6 +100,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     add_caller_features(profiles, graph)
     called = {e.callee for e in graph}
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}
+    own = ranking.explain_by_out_of_service(own, graph, out_of_service(used))
     components = set(own) | {e.caller for e in graph} | called | set(incident.services)
     reach = descendants(graph, incident.services) if graph else components
     traced = {t.service for t in traces.data.services} if isinstance(traces.data, TracesData) else set()

@@ -125,6 +125,10 @@ def test_a_live_read_says_what_the_recorded_incident_says(recorded: Any, kubecon
             try:
                 a = await live.pods(incident=incident, service="cart-service")
                 b = await replayed.pods(incident=incident, service="cart-service")
+                # the whole cluster's read, with what the object analyzers find, says the same too
+                assert await live.pods(incident=incident, service=None) == await replayed.pods(
+                    incident=incident, service=None
+                )
                 start, end = incident.window.start - dt.timedelta(hours=2), incident.window.end
                 changes = await RolloutChanges(live).changes(start=start, end=end, service="cart-service")
             finally:
@@ -136,7 +140,7 @@ def test_a_live_read_says_what_the_recorded_incident_says(recorded: Any, kubecon
     assert live == replay
     assert [c.model_dump() for c in live_changes] == [c.model_dump() for c in replay_changes]
     lists = [r for r in fake.requests if "continue" not in r.url.params and not r.url.path.startswith("/version")]
-    assert len(lists) == 6  # one read of each kind per investigation, whatever is asked of it
+    assert len(lists) == len(READ)  # one read of each kind per investigation, whatever is asked of it
 
 
 def test_the_pods_observation_names_the_oom_kills_and_the_limit(recorded: Any) -> None:
@@ -532,6 +536,23 @@ def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kube
     assert empty.reachable and "no pods visible in nothing-here" in empty.problems[0]
 
 
+def test_doctor_names_the_kinds_the_credentials_may_list_and_those_it_may_not(recorded: Any, kubeconfig: Path) -> None:
+    from adapters.sourceconfig import KubernetesConfig
+    from opsagent.doctor import check
+
+    recording, _ = recorded
+    with respx.mock(assert_all_called=False) as router:
+        FakeCluster(recording.kubernetes, forbid={"Event", "Node"}).install(router, SERVER)
+        config = KubernetesConfig(name="prod", auth="kubeconfig", kubeconfig=kubeconfig, namespaces=["prod"])
+        health = asyncio.run(check(config, environ={}))
+    assert health.reachable and not health.ok
+    assert health.readable == ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "Rollout"]
+    refused = [p for p in health.problems if p.startswith("cannot list")]
+    assert [p.split(":")[0] for p in refused] == ["cannot list Event", "cannot list Node"]
+    assert all("403" in p for p in refused)
+    assert any("grant get, list and watch on Event" in f for f in health.fixes)
+
+
 def test_what_a_live_investigation_read_of_the_cluster_is_recorded_as_it_came(recorded: Any, kubeconfig: Path) -> None:
     from adapters.wrappers import Recorder
     from adapters.wrappers import recorded as recording_of
@@ -590,8 +611,9 @@ def test_a_list_that_never_ends_stops_at_the_page_cap_and_is_named_as_read_in_pa
 
     data = asyncio.run(go())
     lists = [r for r in fake.requests if "/version" not in r.url.path]
-    # five kinds (rollouts are not installed), five pages each, and not one request more
-    assert len(lists) == 5 * 5 + 1, len(lists)
+    # six kinds (pods, events, nodes, Deployments, ReplicaSets, StatefulSets; rollouts are not
+    # installed), five pages each, and not one request more
+    assert len(lists) == 6 * 5 + 1, len(lists)
     assert data.pods  # what the first pages held is still used
     pods_unread = [u for u in data.unread if u.startswith("Pod:")]
     assert pods_unread and "stopped at 5 pages" in pods_unread[0] and "had not ended" in pods_unread[0]

@@ -49,7 +49,7 @@ def health_table(rows: list[Health]) -> Table:
             Text(f"{h.kind}:{h.name}"),
             Text(h.target),
             Text("yes", style="green") if h.reachable else Text("no", style="red"),
-            Text(h.version or "?"),
+            Text((h.version or "?") + (f"\nreads {', '.join(h.readable)}" if h.readable else "")),
             Text(f"{h.latency_ms:.0f} ms" if h.latency_ms is not None else "-"),
             Text("\n".join(h.problems)) if h.problems else Text("ok", style="green"),
             Text("\n".join(h.fixes)),

@@ -45,6 +45,8 @@ class GreedyReact(Strategy):
             Action(tool="metrics.scan"),
             Action(tool="traces.summary", args={"service": svc}),
         ]
+        if toolbox.sources.kubernetes is not None:  # where the cluster is read, what it says is broken
+            opening.append(Action(tool="kubernetes.pods"))
         seen: list[Observation] = []
         for action in opening:
             seen.append(await toolbox.call(action))

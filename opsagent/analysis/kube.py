@@ -1,0 +1,277 @@
+"""Kubernetes object analyzers: which object is broken, and why, read from the objects themselves.
+
+Most faults an SRE meets on Kubernetes are not slow code but an object that says it is broken: a
+Deployment with fewer ready replicas than it asks for, a ReplicaSet whose pods the API refuses
+(a namespace quota, a missing ServiceAccount), a Deployment scaled to zero, a pod no scheduler has
+looked at, a node whose kubelet stopped reporting. Each analyzer is a plain function over one read
+of the cluster (:class:`opsagent.kubestate.Cluster`) returning findings
+(:class:`opsagent.models.KubeFinding`): the broken object, what kind of component it is (a
+workload, a node, a namespace), the field or event that shows it, the fault kind it points to and
+the services it takes down. The evidence is categorical (the object says so), so nothing here is a
+threshold on a measurement.
+
+Nothing here does I/O, and nothing here weighs a finding against other evidence: the findings
+become ``kube:<sign>`` features (:mod:`opsagent.features`) and ranking weighs them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from opsagent.kubestate import Cluster
+from opsagent.models import KubeEvent, KubeFinding, NodeState, PodState
+
+#: The workload kinds whose desired and ready replicas are compared.
+WORKLOADS = ("Deployment", "StatefulSet", "Rollout")
+#: Labels that mark a node of the control plane (where the scheduler runs).
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+#: The taints a node controller puts on a node that stopped reporting.
+DOWN_TAINT = re.compile(r"node\.kubernetes\.io/(unreachable|not-ready)")
+#: The kubelet's Killing event for a container whose liveness or startup probe failed.
+PROBE_KILL = re.compile(r"failed (liveness|startup) probe", re.I)
+QUOTA = re.compile(r"exceeded quota", re.I)
+#: An admission refusal of a pod that names a referenced object the API could not find.
+MISSING_REFERENCE = re.compile(
+    r"(serviceaccount|secret|configmap|persistentvolumeclaim)s? \"?[\w.-]+\"? not found", re.I
+)
+#: Waiting reasons that say what a container's spec references is missing or wrong.
+CONFIG_WAITING = ("CreateContainerConfigError",)
+#: A pod's own state, in the order a workload's cause is read from it, with the kind each points to.
+POD_CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("missing_reference", "config_change", CONFIG_WAITING),
+    ("image_pull", "image_pull_failure", ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")),
+    ("oom_killed", "oom_kill", ("OOMKilled",)),
+    ("crash_loop", "crash_loop", ("CrashLoopBackOff", "RunContainerError", "CreateContainerError", "StartError")),
+)
+
+Analyzer = Callable[[Cluster, datetime], list[KubeFinding]]
+
+
+def _replicas(obj: Any) -> tuple[int | None, int]:
+    desired = obj.spec.get("replicas")
+    ready = obj.status.get("readyReplicas") or 0
+    return (desired if isinstance(desired, int) else None), (ready if isinstance(ready, int) else 0)
+
+
+def _ref(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+def _events(cluster: Cluster, service: str, reason: str, since: datetime) -> list[KubeEvent]:
+    return [
+        e
+        for e in cluster.events()
+        if e.service == service and e.reason == reason and (e.last_seen is None or e.last_seen >= since)
+    ]
+
+
+def _pod_cause(pods: Sequence[PodState], kills: Sequence[KubeEvent]) -> tuple[str, str, str, str] | None:
+    """What the workload's pods say stops them: (sign, kind, why, field). Containers the kubelet
+    killed because a probe failed restart like a crash loop, but the probe is what broke."""
+    if kills:
+        return "probe_kills", "probe_failure", f"{kills[0].object}: {kills[0].message[:160]}", "events[Killing].message"
+    for sign, kind, reasons in POD_CAUSES:
+        for p in pods:
+            for c in p.containers:
+                current = c.reason if c.state in ("waiting", "terminated") else None
+                if current in reasons or (sign == "oom_killed" and c.last_reason in reasons):
+                    why = f"{p.name}/{c.name} {current or c.last_reason}" + (
+                        f": {c.message[:160]}" if c.message else ""
+                    )
+                    return sign, kind, why, "status.containerStatuses[].state"
+    for p in pods:  # running again after exiting on its own: a crash loop between its back-offs
+        for c in p.containers:
+            if c.restarts and c.last_reason in ("Error", "StartError", "ContainerCannotRun"):
+                why = f"{p.name}/{c.name} restarted {c.restarts} times, last exit {c.last_reason} ({c.last_exit_code})"
+                return "crash_loop", "crash_loop", why, "status.containerStatuses[].lastState.terminated"
+    pending = [p for p in pods if p.unschedulable]
+    if pending:
+        return (
+            "unschedulable",
+            "scheduling_failure",
+            f"{pending[0].name} Pending: {pending[0].unschedulable}",
+            ("status.conditions[PodScheduled]"),
+        )
+    unready = [p for p in pods if p.phase == "Running" and not p.ready]
+    if unready:
+        return "not_ready", "probe_failure", f"{unready[0].name} running but not ready", "status.conditions[Ready]"
+    return None
+
+
+def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Workloads with fewer ready replicas than they ask for, each with the cause their pods and
+    ReplicaSets give: a namespace quota or a missing referenced object refusing the pods (the API's
+    FailedCreate), a pod no scheduler has placed, or the pods' own state."""
+    down = {n.name for n in cluster.nodes() if _not_ready(n)}
+    out = []
+    for kind in WORKLOADS:
+        for obj in cluster.of(kind):
+            desired, ready = _replicas(obj)
+            if desired is None or desired == 0 or ready >= desired:
+                continue
+            service = cluster.service_of(obj)
+            pods = [p for p in cluster.pods if p.service == service and p.namespace == obj.namespace]
+            unready = [p for p in pods if not p.ready]
+            if unready and all(p.node in down for p in unready):
+                continue  # its pods sit on a node that is down: the node is the broken object
+            if down and any(DOWN_TAINT.search(e.message) for e in _events(cluster, service, "FailedScheduling", since)):
+                continue  # the only node it may run on is down (its taint keeps the pods off): the node's doing
+            ref = _ref(kind, obj.namespace, obj.name)
+            shortfall = f"{ready}/{desired} replicas ready"
+            lost = [service] if ready == 0 else []  # with a ready pod left it still serves, short-handed
+            refused = _events(cluster, service, "FailedCreate", since)
+            quota = next((e for e in refused if QUOTA.search(e.message)), None)
+            if quota is not None:
+                out.append(
+                    KubeFinding(
+                        component=obj.namespace,
+                        component_type="namespace",
+                        object=f"Namespace/{obj.namespace}",
+                        sign="quota_exceeded",
+                        kind="scheduling_failure",
+                        why=f"{ref} {shortfall}: {quota.message[:200]}",
+                        field="events[FailedCreate].message",
+                        affects=lost,
+                        at=quota.last_seen,
+                    )
+                )
+                continue
+            missing = next((e for e in refused if MISSING_REFERENCE.search(e.message)), None)
+            if missing is not None and not pods:
+                out.append(
+                    KubeFinding(
+                        component=service,
+                        component_type="workload",
+                        object=ref,
+                        sign="pods_refused",
+                        kind="config_change",
+                        why=f"{ref} {shortfall}, no pod created: {missing.message[:200]}",
+                        field="events[FailedCreate].message",
+                        affects=lost,
+                        at=missing.last_seen,
+                    )
+                )
+                continue
+            unplaced = [p for p in pods if p.phase == "Pending" and not p.node and not p.unschedulable]
+            if unplaced and not _events(cluster, service, "FailedScheduling", since):
+                out.extend(_scheduler_silent(cluster, lost, ref, unplaced))
+                continue
+            kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
+            cause = _pod_cause(pods, kills)
+            sign, fault, why, field = cause or ("unavailable", "unknown", "no pod says why", "status.readyReplicas")
+            out.append(
+                KubeFinding(
+                    component=service,
+                    component_type="workload",
+                    object=ref,
+                    sign="unavailable" if sign in ("crash_loop", "oom_killed", "not_ready") else sign,
+                    kind=fault,
+                    why=f"{ref} {shortfall}: {why}",
+                    field=field,
+                    affects=lost,
+                )
+            )
+    return out
+
+
+def _scheduler_silent(cluster: Cluster, lost: list[str], ref: str, unplaced: list[PodState]) -> list[KubeFinding]:
+    """Pods Pending with no node, no scheduling condition and no FailedScheduling event: no scheduler
+    has looked at them, so the control plane that runs it is what broke."""
+    planes = [n.name for n in cluster.of("Node") if _control_plane(n.metadata.labels)]
+    why = f"{ref}: {unplaced[0].name} Pending, never considered by a scheduler (no node, no PodScheduled condition)"
+    return [
+        KubeFinding(
+            component=plane,
+            component_type="node",
+            object=f"Node/{plane}",
+            sign="scheduler_silent",
+            kind="scheduling_failure",
+            why=why,
+            field="status.conditions[PodScheduled] absent",
+            affects=lost,
+        )
+        for plane in planes[:1]
+    ]
+
+
+def _control_plane(labels: dict[str, str]) -> bool:
+    return any(k in labels for k in CONTROL_PLANE_LABELS) or labels.get("kubernetes.io/role") == "master"
+
+
+def scaled_to_zero(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Workloads whose desired replicas are zero: nothing serves them, and no pod complains."""
+    out = []
+    for kind in WORKLOADS:
+        for obj in cluster.of(kind):
+            desired, _ = _replicas(obj)
+            if desired != 0:
+                continue
+            service = cluster.service_of(obj)
+            scaled = [
+                e for e in cluster.events() if e.reason == "ScalingReplicaSet" and e.object.endswith(f"/{obj.name}")
+            ]
+            when = max((e.last_seen for e in scaled if e.last_seen is not None), default=None)
+            if when is not None and when < since:
+                continue  # scaled down long before the incident: a parked workload, not this fault
+            ref = _ref(kind, obj.namespace, obj.name)
+            out.append(
+                KubeFinding(
+                    component=service,
+                    component_type="workload",
+                    object=ref,
+                    sign="scaled_to_zero",
+                    kind="config_change",
+                    why=f"{ref} spec.replicas is 0" + (f" (scaled down at {when:%H:%M:%S})" if when else ""),
+                    field="spec.replicas",
+                    affects=[service],
+                    at=when,
+                )
+            )
+    return out
+
+
+def nodes_not_ready(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Nodes whose Ready condition is not True: their kubelet or container runtime stopped, and every
+    pod on them with it."""
+    out = []
+    for node in cluster.nodes():
+        if not _not_ready(node):
+            continue
+        affected = sorted({p.service for p in cluster.pods if p.node == node.name})
+        out.append(
+            KubeFinding(
+                component=node.name,
+                component_type="node",
+                object=f"Node/{node.name}",
+                sign="node_not_ready",
+                kind="unknown",
+                why=f"node {node.name}: {', '.join(node.problems) or 'NotReady'}",
+                field="status.conditions[Ready]",
+                affects=affected,
+            )
+        )
+    return out
+
+
+def _not_ready(node: NodeState) -> bool:
+    """The node's Ready condition is there and not True (with none read at all, nothing says it is down)."""
+    return any(p.startswith("NotReady") for p in node.problems)
+
+
+#: Every analyzer, run in order over one read of the cluster.
+ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, nodes_not_ready)
+
+
+def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
+    """Every broken object the cluster shows, one finding per object and sign."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for analyzer in ANALYZERS:
+        for f in analyzer(cluster, since):
+            if (f.object, f.sign) not in seen:
+                seen.add((f.object, f.sign))
+                out.append(f)
+    return out

@@ -1,0 +1,93 @@
+"""The Kubernetes object analyzers (opsagent/analysis/kube.py) over small clusters written for them
+(tests/data/kube/clusters.yaml): each names the broken object, its component, the field that shows
+it, the kind it points to and the services it takes down, and keeps quiet about what is not broken."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from opsagent.analysis.kube import analyze
+from opsagent.fixtures import KubeObject
+from opsagent.kubestate import Cluster, since_onset
+from opsagent.models import KubeFinding
+
+CLUSTERS: dict[str, list[dict[str, Any]]] = yaml.safe_load(
+    (Path(__file__).parent / "data" / "kube" / "clusters.yaml").read_text()
+)
+ONSET = datetime(2026, 5, 4, 10, 10, tzinfo=UTC)
+
+
+def findings(name: str) -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
+    return analyze(cluster, since=since_onset(ONSET))
+
+
+@pytest.mark.parametrize(
+    ("cluster", "component", "component_type", "sign", "kind", "field", "affects"),
+    [
+        (
+            "quota",
+            "shop",
+            "namespace",
+            "quota_exceeded",
+            "scheduling_failure",
+            "events[FailedCreate].message",
+            ["cart"],
+        ),
+        ("refused", "mailer", "workload", "pods_refused", "config_change", "events[FailedCreate].message", ["mailer"]),
+        ("scaled_to_zero", "pricing", "workload", "scaled_to_zero", "config_change", "spec.replicas", ["pricing"]),
+        ("scheduler_silent", "cp-1", "node", "scheduler_silent", "scheduling_failure", None, ["cart"]),
+        ("probe_kills", "cart", "workload", "probe_kills", "probe_failure", "events[Killing].message", ["cart"]),
+        ("missing_secret", "auth", "workload", "missing_reference", "config_change", None, ["auth"]),
+    ],
+)
+def test_each_analyzer_names_the_broken_object(
+    cluster: str, component: str, component_type: str, sign: str, kind: str, field: str | None, affects: list[str]
+) -> None:
+    found = findings(cluster)
+    assert [(f.component, f.component_type, f.sign, f.kind) for f in found] == [(component, component_type, sign, kind)]
+    assert found[0].affects == affects
+    if field is not None:
+        assert found[0].field == field
+
+
+def test_a_namespace_quota_is_named_with_the_refusal_that_shows_it() -> None:
+    (quota,) = findings("quota")
+    assert quota.object == "Namespace/shop"
+    assert "exceeded quota: pods-quota" in quota.why and "0/1 replicas ready" in quota.why
+
+
+def test_a_workload_parked_at_zero_long_before_the_incident_is_not_a_finding() -> None:
+    assert [f.component for f in findings("scaled_to_zero")] == ["pricing"]
+
+
+def test_workloads_on_a_node_that_is_down_are_the_nodes_finding() -> None:
+    """cart's pod sits on the node that stopped reporting; search can only run there (the scheduler
+    names the node's unreachable taint): one finding, on the node, affecting cart."""
+    found = findings("node_down")
+    assert [(f.component, f.component_type, f.sign) for f in found] == [("node-b", "node", "node_not_ready")]
+    assert found[0].affects == ["cart"] and found[0].kind == "unknown"
+    assert "NotReady (NodeStatusUnknown)" in found[0].why
+
+
+def test_a_container_that_exits_by_itself_and_restarts_is_a_crash_loop_not_a_probe() -> None:
+    (f,) = findings("crash_loop")
+    assert (f.sign, f.kind) == ("unavailable", "crash_loop")
+    assert "last exit Error (1)" in f.why
+
+
+def test_a_healthy_cluster_and_an_event_about_no_object_give_no_finding() -> None:
+    assert findings("healthy") == []
+
+
+def test_a_workload_short_handed_but_still_serving_takes_no_service_down() -> None:
+    """One of two replicas cannot be placed: the workload is broken and says why, but it still serves,
+    so no caller is explained away by it."""
+    (f,) = findings("short_handed")
+    assert (f.component, f.sign, f.kind) == ("cart", "unschedulable", "scheduling_failure")
+    assert "Insufficient memory" in f.why and f.affects == []

@@ -1,0 +1,92 @@
+"""Kubernetes faults recorded by someone else (../shared/datasets/cloudopsbench-dev, Cloud-OpsBench
+converted): floors a little under what benchmarks/rca_bench.py measured with hybrid, per system and
+per fault category, so a regression in how the engine reads the cluster fails CI. Skipped when
+../shared is not here. Nothing of the data set is copied here: the test reads it where it lies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+
+from opsagent.fixtures import load
+from opsagent.models import Report
+from opsagent.pipeline import investigate_recording, load_default_playbooks
+from opsagent.scoreboard import IncidentScore, score
+from tests.conftest import ROOT
+
+DATASET = ROOT.parent / "shared" / "datasets" / "cloudopsbench-dev"
+pytestmark = pytest.mark.skipif(not DATASET.is_dir(), reason="../shared/datasets/cloudopsbench-dev is not here")
+
+#: Component AC@1 floors per system (the slug's middle part), a little under what hybrid measured
+#: (benchmarks/rca_bench.py --sets cloudopsbench: ob 0.81, tt 0.72; before this work 0.36 and 0.49).
+SYSTEM_FLOORS = {"ob": 0.78, "tt": 0.69}
+#: Component AC@1 floors per (system, the benchmark's fault category), where the cluster's objects
+#: show the fault: a little under what was measured.
+CATEGORY_FLOORS = {
+    ("ob", "Scheduling_Fault"): 0.95,
+    ("ob", "Startup_Fault"): 0.95,
+    ("ob", "Admission_Fault"): 0.70,
+    ("ob", "Runtime_Fault"): 0.85,
+    ("ob", "Infrastructure_Fault"): 0.60,
+    ("tt", "Startup_Fault"): 0.95,
+    ("tt", "Runtime_Fault"): 0.85,
+}
+#: Component and kind both right at top-1, over every case (measured 0.61).
+COMPONENT_AND_KIND_FLOOR = 0.58
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[tuple[str, str, Report, IncidentScore, str]]:
+    """(system, category, report, score, the truth's object type) per case."""
+    books = load_default_playbooks()
+
+    async def all_of() -> list[tuple[str, str, Report, IncidentScore, str]]:
+        out = []
+        for d in sorted(p for p in DATASET.iterdir() if (p / "incident.yaml").exists()):
+            recording, truth = load(d)
+            assert truth is not None
+            report = await investigate_recording(recording, playbooks=books, strategy_name="hybrid")
+            extra = truth.model_extra or {}
+            category, kind = str(extra.get("raw_fault_taxonomy", "?")), str(truth.object_type or "app")
+            out.append((d.name.split("-")[1], category, report, score(d.name, report, truth), kind))
+        return out
+
+    return asyncio.run(all_of())
+
+
+def _ac1(chosen: list[IncidentScore]) -> float:
+    return sum(s.hit1 for s in chosen) / len(chosen)
+
+
+def test_each_system_finds_the_broken_component_at_least_as_often_as_measured(runs: list) -> None:
+    by_system: dict[str, list[IncidentScore]] = defaultdict(list)
+    for system, _, _, s, _ in runs:
+        by_system[system].append(s)
+    for system, floor in SYSTEM_FLOORS.items():
+        assert _ac1(by_system[system]) >= floor, (system, [s.slug for s in by_system[system] if not s.hit1])
+
+
+def test_each_category_the_cluster_shows_stays_above_its_floor(runs: list) -> None:
+    by_category: dict[tuple[str, str], list[IncidentScore]] = defaultdict(list)
+    for system, category, _, s, _ in runs:
+        by_category[(system, category)].append(s)
+    for key, floor in CATEGORY_FLOORS.items():
+        assert _ac1(by_category[key]) >= floor, (key, [s.slug for s in by_category[key] if not s.hit1])
+
+
+def test_component_and_kind_are_right_together(runs: list) -> None:
+    right = sum(1 for _, _, _, s, _ in runs if s.hit1 and s.top and s.top[0][1] == s.truth_kind)
+    assert right / len(runs) >= COMPONENT_AND_KIND_FLOOR
+
+
+def test_a_namespace_or_a_node_can_be_the_answer(runs: list) -> None:
+    """Quota faults name the namespace, a node whose kubelet stopped names the node: suspects are
+    not only services (measured: 22 of the 32 such truths first)."""
+    beyond = [(s, kind) for _, _, _, s, kind in runs if kind in ("namespace", "node")]
+    assert beyond and sum(s.hit1 for s, _ in beyond) >= 20, [s.slug for s, _ in beyond if not s.hit1]
+
+
+def test_every_investigation_over_kubernetes_state_names_a_suspect(runs: list) -> None:
+    assert all(r.suspects for _, _, r, _, _ in runs), [s.slug for _, _, r, s, _ in runs if not r.suspects]

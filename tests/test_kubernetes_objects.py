@@ -1,0 +1,57 @@
+"""Broken Kubernetes objects as evidence, end to end on a recording written for it
+(tests/data/kube/quota-incident): the entry service logs the calls its dependency cannot answer,
+the dependency's pods are refused by the namespace's quota. The answer is the namespace, and the
+entry service is explained away by its dependency being out of service."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from opsagent import ranking
+from opsagent.fixtures import Edge
+from opsagent.models import KubernetesData
+from opsagent.pipeline import investigate_fixture, load_default_playbooks
+
+FIXTURE = Path(__file__).parent / "data" / "kube" / "quota-incident"
+PLAYBOOKS = load_default_playbooks()
+
+
+def test_the_namespace_whose_quota_refuses_the_pods_is_the_first_suspect() -> None:
+    report, truth = asyncio.run(investigate_fixture(FIXTURE, playbooks=PLAYBOOKS))
+    assert truth is not None and truth.target == "shop"
+    first = report.suspects[0]
+    assert (first.component, first.kind) == ("shop", "scheduling_failure")
+    names = [s.component for s in report.suspects]
+    assert "web" in names and names.index("web") > names.index("shop")
+
+
+def test_the_cluster_read_names_the_broken_object_and_the_field_that_shows_it() -> None:
+    report, _ = asyncio.run(investigate_fixture(FIXTURE, playbooks=PLAYBOOKS))
+    reads = [o.data for o in report.observations if isinstance(o.data, KubernetesData) and o.data.findings]
+    assert reads
+    (finding,) = reads[0].findings
+    assert (finding.object, finding.component_type, finding.field) == (
+        "Namespace/shop",
+        "namespace",
+        "events[FailedCreate].message",
+    )
+    assert finding.affects == ["cart"]
+
+
+def test_without_explaining_away_the_entry_service_outranks_the_namespace() -> None:
+    """The control: the same recording with the rule off puts web, which only reports cart's absence,
+    above what broke."""
+    with ranking.without("out_of_service"):
+        report, _ = asyncio.run(investigate_fixture(FIXTURE, playbooks=PLAYBOOKS))
+    names = [s.component for s in report.suspects]
+    assert names.index("web") < names.index("shop")
+
+
+def test_a_caller_of_an_out_of_service_dependency_keeps_a_share_of_its_own_score() -> None:
+    graph = [Edge(caller="web", callee="api", source="declared"), Edge(caller="api", callee="cart", source="declared")]
+    own = {"web": 4.0, "api": 2.0, "cart": 1.0, "other": 3.0}
+    kept = ranking.explain_by_out_of_service(own, graph, {"cart"})
+    share = ranking.OUT_OF_SERVICE_EXPLAINS
+    assert kept == {"web": 4.0 * share, "api": 2.0 * share, "cart": 1.0, "other": 3.0}
+    assert ranking.explain_by_out_of_service(own, graph, set()) == own
