@@ -275,6 +275,16 @@ SHOWN_IN_METRICS = ("mech:capacity:",)
 OUT_OF_SERVICE_EXPLAINS = 0.25
 
 
+def unown_errors(features: Mapping[str, dict[str, float]], graph: list[Edge], out_of_service: set[str]) -> None:
+    """A caller of an out-of-service dependency logs the failed calls as errors of its own: they are
+    the dependency's doing, so the ``mech:own_errors`` mechanism does not stand for it (in place)."""
+    if not on("out_of_service") or not out_of_service:
+        return
+    for component, found in features.items():
+        if component not in out_of_service and descendants(graph, (component,)) & out_of_service:
+            found.pop("mech:own_errors", None)
+
+
 def explain_by_out_of_service(
     own: Mapping[str, float], graph: list[Edge], out_of_service: set[str]
 ) -> dict[str, float]:

@@ -99,8 +99,10 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     ranking.weigh_by_elimination({c: p.features for c, p in profiles.items()})
     add_caller_features(profiles, graph)
     called = {e.callee for e in graph}
+    broken = out_of_service(used)
+    ranking.unown_errors({c: p.features for c, p in profiles.items()}, graph, broken)
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}
-    own = ranking.explain_by_out_of_service(own, graph, out_of_service(used))
+    own = ranking.explain_by_out_of_service(own, graph, broken)
     components = set(own) | {e.caller for e in graph} | called | set(incident.services)
     reach = descendants(graph, incident.services) if graph else components
     traced = {t.service for t in traces.data.services} if isinstance(traces.data, TracesData) else set()
