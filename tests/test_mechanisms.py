@@ -294,3 +294,13 @@ def test_a_recorded_incident_reports_its_mechanisms_and_what_each_ran_over() -> 
     assert set(report.detectors) == {"capacity", "calls_in", "own_errors"}
     assert report.detectors["capacity"].startswith("ran over")
     assert report.root_cause is not None and report.root_cause.component == "order-service"
+
+
+def test_a_caller_of_an_out_of_service_dependency_does_not_keep_its_own_errors_mechanism() -> None:
+    graph = [Edge(caller="web", callee="cart", source="declared")]
+    features = {"web": {"mech:own_errors": 6.0, "log:new_error": 4.0}, "cart": {"kube:broken": 4.0}}
+    ranking.unown_errors(features, graph, {"cart"})
+    assert "mech:own_errors" not in features["web"] and features["web"]["log:new_error"] == 4.0
+    kept = {"web": {"mech:own_errors": 6.0}}
+    ranking.unown_errors(kept, graph, set())  # nothing out of service: its errors are its own
+    assert kept["web"] == {"mech:own_errors": 6.0}
