@@ -610,7 +610,20 @@ def _family_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
 #: Log families that name a failure of something else than the component's own code: a dependency
 #: (a timeout, a refused or reset connection, an HTTP 5xx from a callee, TLS, DNS, auth, a rate limit)
 #: or a resource (a pool, memory, disk).
-NOT_OWN_FAMILIES = ("timeout", "refused", "reset", "pool", "tls", "dns", "oom", "disk", "5xx", "auth", "ratelimit")
+NOT_OWN_FAMILIES = (
+    "timeout",
+    "refused",
+    "unavailable",
+    "reset",
+    "pool",
+    "tls",
+    "dns",
+    "oom",
+    "disk",
+    "5xx",
+    "auth",
+    "ratelimit",
+)
 
 
 def new_error_templates(data: LogsData, family: str | None = None, exclude: Sequence[str] = ()) -> list[LogTemplate]:

@@ -304,3 +304,12 @@ def test_a_caller_of_an_out_of_service_dependency_does_not_keep_its_own_errors_m
     kept = {"web": {"mech:own_errors": 6.0}}
     ranking.unown_errors(kept, graph, set())  # nothing out of service: its errors are its own
     assert kept["web"] == {"mech:own_errors": 6.0}
+
+
+def test_a_dependency_with_nobody_to_answer_is_not_an_error_of_the_callers_own_making() -> None:
+    from opsagent.logsummary import families_of
+    from opsagent.playbooks import NOT_OWN_FAMILIES
+
+    line = "could not retrieve cart: rpc error: code = Unavailable desc = no healthy upstream"
+    assert "unavailable" in families_of(line) and "unavailable" in NOT_OWN_FAMILIES
+    assert "unavailable" not in families_of("the item is unavailable in this region")

@@ -14,6 +14,8 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     for name, pattern in {
         "timeout": r"timed?[ -]?out|deadline exceeded|SocketTimeout",
         "refused": r"refused|ECONNREFUSED",
+        # a dependency that has nobody to answer: gRPC's Unavailable, a proxy with no healthy upstream
+        "unavailable": r"code = Unavailable|no healthy upstream|upstream connect error|service unavailable",
         "reset": r"connection reset|ECONNRESET|broken pipe",
         "oom": r"out ?of ?memory|OutOfMemoryError|OOMKilled|oom[-_ ]kill",
         "exception": r"exception|traceback|panic:|\n\s+at |stack ?trace",
@@ -35,7 +37,21 @@ FAMILIES: dict[str, re.Pattern[str]] = {
 
 #: Families that name what went wrong more precisely than "an exception was thrown".
 _SPECIFIC = frozenset(
-    {"timeout", "refused", "reset", "oom", "pool", "disk", "tls", "dns", "deadlock", "ratelimit", "5xx", "auth"}
+    {
+        "timeout",
+        "refused",
+        "unavailable",
+        "reset",
+        "oom",
+        "pool",
+        "disk",
+        "tls",
+        "dns",
+        "deadlock",
+        "ratelimit",
+        "5xx",
+        "auth",
+    }
 )
 
 #: Cheap lower-case substrings, one of which every match of the family's pattern contains: the
@@ -44,6 +60,7 @@ _SPECIFIC = frozenset(
 _HINTS: dict[str, tuple[str, ...]] = {
     "timeout": ("timeout", "time out", "time-out", "timedout", "timed out", "timed-out", "deadline exceeded"),
     "refused": ("refused",),
+    "unavailable": ("unavailable", "no healthy upstream", "upstream connect error"),
     "reset": ("connection reset", "econnreset", "broken pipe"),
     "oom": ("out of memory", "outof memory", "out ofmemory", "outofmemory", "oom"),
     "exception": ("exception", "traceback", "panic:", "\n", "stack"),
