@@ -262,6 +262,11 @@ def minutes_before(change: ChangeRecord, incident: Incident) -> float | None:
     return None if moved is None else (incident.onset - moved[1]).total_seconds() / 60
 
 
+def own_error_lines(data: LogsData) -> int:
+    """Lines of new or bursting error templates that name no dependency's or resource's failure."""
+    return sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
+
+
 def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: Incident) -> None:
     ctx = Context(incident=incident, service=data.service or "")
     for family in FAMILIES:
@@ -277,8 +282,7 @@ def _log_features(profile: Profile, obs: Observation, data: LogsData, incident: 
     profile.add("log:new_error", ranking.new_error_weight(lines), obs, why)
     own = evaluate(OWN_NEW_ERRORS, obs, ctx)
     if own.met:
-        own_lines = sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
-        profile.add("log:new_own_error", ranking.own_error_weight(own_lines), obs, own.value)
+        profile.add("log:new_own_error", ranking.own_error_weight(own_error_lines(data)), obs, own.value)
     for family in sorted({f for t in found for f in families_of(t.sample)}):
         if evaluate(new_errors_of(family), obs, ctx).met:
             profile.add(f"log:new:{family}", ranking.NEW_FAMILY_WEIGHT, obs, f"new '{family}' errors")
@@ -308,8 +312,7 @@ def add_mechanism_features(profiles: dict[str, Profile], observations: list[Obse
     for obs in observations:
         data = obs.data
         if obs.ok and isinstance(data, LogsData) and data.service is not None:
-            lines = sum(t.window_count for t in new_error_templates(data, exclude=NOT_OWN_FAMILIES))
-            own[data.service] = (lines / max(data.window_minutes, 1.0), obs.id)
+            own[data.service] = (own_error_lines(data) / max(data.window_minutes, 1.0), obs.id)
     every = [*mechanisms.findings(observations), *mechanisms.own_error_findings(own)]
     for f in every:
         weight = mechanisms.mechanism_weight(f.surprise)

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
-from opsagent.analysis.gaps import MIN_CALLS
+from opsagent.analysis.gaps import MIN_CALLS, calls_into
 from opsagent.models import LogsData, MetricsData, Observation, TracesData
 
 MIN_CALLS_TEXT = f"at least {MIN_CALLS}"
@@ -149,22 +149,25 @@ def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
             per = used.setdefault(s.signal, {})
             if s.component not in per or share > per[s.component][0]:
                 per[s.component] = (share, obs.id, why)
-    out = []
-    for signal, per in sorted(used.items()):
-        calibrated = surprise({c: v for c, (v, _, _) in per.items()}, CAPACITY.floor)
-        for component, (share, obs_id, why) in sorted(per.items()):
-            out.append(
-                Finding(
-                    component=component,
-                    detector=CAPACITY.name,
-                    feature=f"mech:capacity:{signal}",
-                    value=share,
-                    surprise=calibrated[component] if share >= CAPACITY.minimum else 0.0,
-                    observation=obs_id,
-                    why=why,
-                )
-            )
-    return out
+    return [f for signal, per in sorted(used.items()) for f in judged(CAPACITY, f"mech:capacity:{signal}", per)]
+
+
+def judged(detector: Detector, feature: str, values: Mapping[str, tuple[float, str, str]]) -> list[Finding]:
+    """One detector's findings: each component's value (``values``: component -> (value, observation id,
+    why)) with its surprise against the others, none below the detector's minimum."""
+    calibrated = surprise({c: v for c, (v, _, _) in values.items()}, detector.floor)
+    return [
+        Finding(
+            component=c,
+            detector=detector.name,
+            feature=feature,
+            value=v,
+            surprise=calibrated[c] if v >= detector.minimum else 0.0,
+            observation=obs_id,
+            why=why,
+        )
+        for c, (v, obs_id, why) in sorted(values.items())
+    ]
 
 
 def calls_in_findings(observations: Iterable[Observation], *, saturated: frozenset[str] = frozenset()) -> list[Finding]:
@@ -180,55 +183,28 @@ def calls_in_findings(observations: Iterable[Observation], *, saturated: frozens
             best, obs_id = data, obs.id
     if best is None:
         return []
-    inbound: dict[str, list[tuple[float, str]]] = {}
-    outbound: dict[str, float] = {}
-    for g in best.call_gaps:
-        if g.caller in saturated:
-            continue
-        inbound.setdefault(g.callee, []).append((g.shift_ms, g.caller))
-        outbound[g.caller] = max(outbound.get(g.caller, 0.0), g.shift_ms)
-    values: dict[str, float] = {}
-    whys: dict[str, str] = {}
-    for component, shifts in inbound.items():
-        top, caller = max(shifts)
-        own_out = max(outbound.get(component, 0.0), 0.0)
-        values[component] = top - own_out
-        slowed = sum(1 for s, _ in shifts if s >= CALLS_IN.minimum)
-        whys[component] = (
-            f"calls into {component} spend {top:+.0f} ms more between the ends (from {caller}; {slowed} of "
-            f"{len(shifts)} callers slowed), its own outbound calls {own_out:+.0f} ms"
+    kept = [g for g in best.call_gaps if g.caller not in saturated]
+    values: dict[str, tuple[float, str, str]] = {}
+    for component in sorted({g.callee for g in kept}):
+        inbound, own_out = calls_into(kept, component)
+        top = max(inbound, key=lambda g: (g.shift_ms, g.caller))
+        slowed = sum(1 for g in inbound if g.shift_ms >= CALLS_IN.minimum)
+        why = (
+            f"calls into {component} spend {top.shift_ms:+.0f} ms more between the ends (from {top.caller}; "
+            f"{slowed} of {len(inbound)} callers slowed), its own outbound calls {own_out:+.0f} ms"
         )
-    calibrated = surprise(values, CALLS_IN.floor)
-    return [
-        Finding(
-            component=c,
-            detector=CALLS_IN.name,
-            feature="mech:calls_in",
-            value=v,
-            surprise=calibrated[c] if v >= CALLS_IN.minimum else 0.0,
-            observation=obs_id,
-            why=whys[c],
-        )
-        for c, v in sorted(values.items())
-    ]
+        values[component] = (top.shift_ms - own_out, obs_id, why)
+    return judged(CALLS_IN, "mech:calls_in", values)
 
 
 def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
     """New errors of each component's own making, per minute (``lines``: component -> (lines/min, the
     observation)): a code path that now throws or returns a wrong result says so in its own logs."""
-    calibrated = surprise({c: v for c, (v, _) in lines.items()}, OWN_ERRORS.floor)
-    return [
-        Finding(
-            component=c,
-            detector=OWN_ERRORS.name,
-            feature="mech:own_errors",
-            value=v,
-            surprise=calibrated[c] if v >= OWN_ERRORS.minimum else 0.0,
-            observation=obs_id,
-            why=f"{v:.1f} lines/min of new error templates of {c}'s own making",
-        )
-        for c, (v, obs_id) in sorted(lines.items())
-    ]
+    values = {
+        c: (v, obs_id, f"{v:.1f} lines/min of new error templates of {c}'s own making")
+        for c, (v, obs_id) in lines.items()
+    }
+    return judged(OWN_ERRORS, "mech:own_errors", values)
 
 
 def findings(observations: list[Observation]) -> list[Finding]:

@@ -24,6 +24,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from opsagent import kubestate
 from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import SLOW_LINKS_SHARE, Links, links_of
+from opsagent.analysis.gaps import calls_into
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
 from opsagent.mechanisms import CALLS_IN
@@ -120,7 +121,6 @@ Op = Literal[
     "links_slow",
     "links_fine",
     "calls_in_slow",
-    "calls_in_fine",
 ]
 
 _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
@@ -150,7 +150,6 @@ _TOOL_OF_OP: dict[str, tuple[str, ...]] = {
         "fanout_up",
         "callers_fanout_up",
         "calls_in_slow",
-        "calls_in_fine",
     ),
     "kubernetes": (
         "terminated",
@@ -757,11 +756,8 @@ def _calls_in(obs: Observation, ctx: Context) -> tuple[list[CallGap], float] | N
     """The measured calls into the component, and how much its own outbound calls slowed (ms)."""
     if not isinstance(obs.data, TracesData):
         return None
-    inbound = [g for g in obs.data.call_gaps if g.callee == ctx.service]
-    if not inbound:
-        return None
-    outbound = max((g.shift_ms for g in obs.data.call_gaps if g.caller == ctx.service), default=0.0)
-    return inbound, max(outbound, 0.0)
+    inbound, own_out = calls_into(obs.data.call_gaps, ctx.service)
+    return (inbound, own_out) if inbound else None
 
 
 def _gap_slowed(g: CallGap, own_out: float) -> bool:
@@ -789,15 +785,6 @@ def _calls_in_slow(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     # answers late) does not place the delay at the component.
     slowed = sum(1 for g in inbound if _gap_slowed(g, own_out))
     return Outcome(slowed > 0 and slowed >= CALLERS_SHARE * len(inbound), _calls_in_text(inbound, own_out, ctx))
-
-
-def _calls_in_fine(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
-    """Met when no call into the component lost time between the ends."""
-    found = _calls_in(obs, ctx)
-    if found is None:
-        return _UNKNOWN
-    inbound, own_out = found
-    return Outcome(not any(_gap_slowed(g, own_out) for g in inbound), _calls_in_text(inbound, own_out, ctx))
 
 
 def _self_time_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
@@ -970,7 +957,6 @@ EVALUATORS: dict[str, Evaluator] = {
     "no_change_before_onset": _no_change_before_onset,
     "change_mentions": _change_mentions,
     "calls_in_slow": _calls_in_slow,
-    "calls_in_fine": _calls_in_fine,
     "self_time_up": _self_time_up,
     "self_time_flat": _self_time_flat,
     "errors_up": _errors_up,

@@ -75,3 +75,11 @@ def call_gaps(spans: Sequence[Span], *, incident: Incident, service: str | None 
             )
         )
     return out
+
+
+def calls_into(gaps: Sequence[CallGap], component: str) -> tuple[list[CallGap], float]:
+    """The measured calls into a component, and how much its own outbound calls slowed (ms, at least 0):
+    what the fault-mechanism detector and the playbooks' check both read."""
+    inbound = [g for g in gaps if g.callee == component]
+    outbound = max((g.shift_ms for g in gaps if g.caller == component), default=0.0)
+    return inbound, max(outbound, 0.0)
