@@ -35,6 +35,7 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import neighbours, span_times, trace_summary
+from opsagent.analysis.steps import step_shortfalls
 from opsagent.analysis.versions import compare_versions, pod_of
 from opsagent.calls import report_partial
 from opsagent.catalog import SignalCatalog
@@ -257,7 +258,12 @@ class LiveTraces:
         )
         spans = unique_spans([*base, *win])
         data = trace_summary(span_times(spans), edges, incident=incident, service=service)
-        return data.model_copy(update={"call_gaps": call_gaps(spans, incident=incident, service=service)})
+        return data.model_copy(
+            update={
+                "call_gaps": call_gaps(spans, incident=incident, service=service),
+                "step_shortfalls": step_shortfalls(spans, (), incident=incident),
+            }
+        )
 
 
 def unique_spans(spans: Sequence[Span]) -> list[Span]:

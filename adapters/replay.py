@@ -30,12 +30,22 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import SpanTime, span_times, trace_edges, trace_summary
+from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
 from opsagent.analysis.versions import compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
 from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, SignalDef
 from opsagent.logsummary import SimpleSummariser, Summariser
-from opsagent.models import ChangeRecord, ChangesData, Incident, LogsData, SeriesStats, TracesData, VersionsData
+from opsagent.models import (
+    ChangeRecord,
+    ChangesData,
+    Incident,
+    LogsData,
+    SeriesStats,
+    StepShortfall,
+    TracesData,
+    VersionsData,
+)
 from opsagent.selector import Matcher, Selector, SelectorError, parse
 from opsagent.sources import Sources
 from opsagent.stats import Sample
@@ -188,6 +198,7 @@ class ReplayTraces:
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
+        self._steps: dict[tuple[object, ...], list[StepShortfall]] = {}
 
     @cached_property
     def _spans(self) -> list[SpanTime]:
@@ -200,7 +211,22 @@ class ReplayTraces:
     async def topology(self, *, incident: Incident) -> list[Edge]:
         return self._edges
 
+    @cached_property
+    def _step_lines(self) -> list[StepLine]:
+        """The recording's log lines that name their span (or trace), as steps of that span."""
+        out = []
+        for r in self.recording.logs:
+            span_id = (r.model_extra or {}).get("span_id")
+            key = str(span_id) if span_id else (f"{r.trace_id}/{r.service}" if r.trace_id else None)
+            if key is not None:
+                out.append((r.ts.timestamp(), r.service, key, r.message))
+        return step_lines(out)
+
     async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
         data = trace_summary(self._spans, self._edges, incident=incident, service=service)
         gaps = call_gaps(self.recording.traces, incident=incident, service=service)
-        return data.model_copy(update={"call_gaps": gaps})
+        key = (incident.onset, incident.window, incident.baseline)
+        steps = self._steps.get(key)
+        if steps is None:
+            steps = self._steps[key] = step_shortfalls(self.recording.traces, self._step_lines, incident=incident)
+        return data.model_copy(update={"call_gaps": gaps, "step_shortfalls": steps})

@@ -369,6 +369,23 @@ class CallGap(Frozen):
         return self.gap_ms_window - self.gap_ms_baseline
 
 
+class StepShortfall(Frozen):
+    """A component's step whose usual next step went missing after onset (the sharpest one): an
+    exception cuts requests short after the step, a wrong branch skips what used to follow it."""
+
+    component: str
+    step: str = Field(
+        description="the step taken: 'serves <operation>', 'logs <template>', 'calls <service> <operation>'"
+    )
+    next_step: str = Field(description="what used to follow it")
+    reference: Literal["baseline", "before onset"] = Field(description="the spans the shares before onset come from")
+    steps_before: int
+    share_before: float = Field(description="share of the step followed by next_step before onset")
+    steps_after: int
+    share_after: float = Field(description="the same share after onset")
+    z: float = Field(description="how far the share fell, in standard errors of both counts (0: no fall)")
+
+
 class TracesData(Frozen):
     type: Literal["traces"] = "traces"
     services: list[ServiceSpanStats]
@@ -381,6 +398,9 @@ class TracesData(Frozen):
     callees: list[str] = Field(default_factory=list, description="callees of the service asked about")
     call_gaps: list[CallGap] = Field(
         default_factory=list, description="per call edge: the time between the caller's and the callee's spans"
+    )
+    step_shortfalls: list[StepShortfall] = Field(
+        default_factory=list, description="per component, the step whose usual next step went missing most clearly"
     )
 
 

@@ -402,10 +402,15 @@ def anomalous_reach(graph: list[Edge], roots: tuple[str, ...], own: Mapping[str,
     return seen
 
 
-def reach_weight(component: str, *, reachable: bool, carried: set[str]) -> float:
-    """A component the alert reaches through anomalous components counts fully; others, OFF_PATH."""
+def reach_weight(component: str, *, reachable: bool, carried: set[str], placed: bool = False) -> float:
+    """A component the alert reaches through anomalous components counts fully; others, OFF_PATH.
+
+    A reachable component where a fault mechanism places the fault (``placed``) counts fully even when
+    the components between it and the alert show nothing: callers often pass a failure on silently."""
     if not on("anomalous_path"):
         return 1.0 if reachable else OFF_PATH
+    if reachable and placed and on("mechanisms"):
+        return 1.0
     return 1.0 if reachable and component in carried else OFF_PATH
 
 

@@ -25,6 +25,7 @@ from opsagent.features import (
 )
 from opsagent.fixtures import Edge
 from opsagent.graph import descendants
+from opsagent.mechanisms import placed_in
 from opsagent.models import (
     Action,
     ChangeRecord,
@@ -113,7 +114,8 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     for c in components:
         p = profiles.get(c) or Profile()
         reachable = c in reach
-        score = scores.get(c, 0.0) * ranking.reach_weight(c, reachable=reachable, carried=carried)
+        placed = placed_in(p.features)
+        score = scores.get(c, 0.0) * ranking.reach_weight(c, reachable=reachable, carried=carried, placed=placed)
         out.append(
             ComponentProfile(
                 component=c,

@@ -11,6 +11,7 @@ import pytest
 
 from opsagent import mechanisms, ranking
 from opsagent.analysis.gaps import call_gaps
+from opsagent.analysis.steps import StepLine, step_shortfalls
 from opsagent.fixtures import Edge, Span, load
 from opsagent.incident import open_incident
 from opsagent.models import (
@@ -226,6 +227,7 @@ def test_the_report_says_which_detector_could_not_run_and_why() -> None:
     assert said["capacity"].startswith("could not run") and "limit" in said["capacity"]
     assert said["calls_in"] == "could not run: no traces were read"
     assert said["own_errors"] == "could not run: no logs were read"
+    assert said["vanished"] == "could not run: no traces were read"
 
 
 # ---------------------------------------------------------------- kind and discipline
@@ -291,7 +293,7 @@ def test_a_refutation_does_not_stand_against_a_mechanism_the_check_names() -> No
 def test_a_recorded_incident_reports_its_mechanisms_and_what_each_ran_over() -> None:
     recording, _ = load(ROOT / "fixtures" / "incidents" / "order-service-threadpool-config")
     report = asyncio.run(investigate_recording(recording))
-    assert set(report.detectors) == {"capacity", "calls_in", "own_errors"}
+    assert set(report.detectors) == {"capacity", "calls_in", "own_errors", "vanished"}
     assert report.detectors["capacity"].startswith("ran over")
     assert report.root_cause is not None and report.root_cause.component == "order-service"
 
@@ -313,3 +315,108 @@ def test_a_dependency_with_nobody_to_answer_is_not_an_error_of_the_callers_own_m
     line = "could not retrieve cart: rpc error: code = Unavailable desc = no healthy upstream"
     assert "unavailable" in families_of(line) and "unavailable" in NOT_OWN_FAMILIES
     assert "unavailable" not in families_of("the item is unavailable in this region")
+
+
+# ---------------------------------------------------------------- steps that vanished
+
+
+def _request(
+    trace: str, service: str, at: datetime, *, logged: list[str], calls: str | None = None
+) -> tuple[list[Span], list[StepLine]]:
+    """One request served by ``service``: its server span, perhaps a call it makes, and the lines it logs
+    (one every millisecond after the call)."""
+    start = int(at.timestamp() * 1e9)
+    spans = [
+        Span(
+            trace_id=trace,
+            span_id=f"{trace}-{service}",
+            parent_id=None,
+            service=service,
+            operation="GET /quote",
+            start=start,
+            duration_us=20_000,
+            status="ok",
+        )
+    ]
+    if calls:
+        spans.append(
+            Span(
+                trace_id=trace,
+                span_id=f"{trace}-{calls}",
+                parent_id=f"{trace}-{service}",
+                service=calls,
+                operation="SELECT rates",
+                start=start + 1_000_000,
+                duration_us=2_000,
+                status="ok",
+            )
+        )
+    lines = [
+        StepLine(ts=at.timestamp() + 0.004 + 0.001 * i, service=service, span_id=f"{trace}-{service}", template=t)
+        for i, t in enumerate(logged)
+    ]
+    return spans, lines
+
+
+def _steps_incident(thrower: str = "pricing", n: int = 30):  # type: ignore[no-untyped-def]
+    """``pricing`` queries its rates and logs the price; after onset most of its requests stop after the
+    query (an exception), while ``catalog``, unchanged, keeps its two lines whatever traffic comes."""
+    spans: list[Span] = []
+    lines: list[StepLine] = []
+    for i in range(n):
+        for when, tag in ((ONSET - timedelta(minutes=8), "b"), (ONSET + timedelta(minutes=1), "a")):
+            at = when + timedelta(seconds=i)
+            broken = tag == "a" and i % 5 != 0
+            s, ln = _request(f"p{tag}{i}", "pricing", at, calls="db", logged=[] if broken else ["priced trip <*>"])
+            spans += s
+            lines += ln
+            for k in range(1 if tag == "b" else 3):  # three times the traffic after onset
+                s, ln = _request(f"c{tag}{i}-{k}", "catalog", at, logged=["listing <*>", "listed <*> items"])
+                spans += s
+                lines += ln
+    return spans, lines
+
+
+def test_a_step_that_no_longer_follows_its_predecessor_is_found_in_the_component_that_dropped_it() -> None:
+    spans, lines = _steps_incident()
+    found = {s.component: s for s in step_shortfalls(spans, lines, incident=_incident())}
+    pricing = found["pricing"]
+    assert (pricing.step, pricing.next_step) == ("calls db SELECT rates", "logs priced trip <*>")
+    assert pricing.reference == "baseline" and pricing.share_before == 1.0 and pricing.share_after == 0.2
+    assert pricing.z > 3
+    assert found["catalog"].z == 0.0  # three times the traffic, the same steps: nothing missing
+
+
+def test_which_step_comes_first_is_not_counted_so_a_change_of_traffic_mix_is_no_shortfall() -> None:
+    lines: list[StepLine] = []
+    for i in range(30):  # logs without span operations: before onset most requests are reads, after, writes
+        for when, tag in ((ONSET - timedelta(minutes=8), "b"), (ONSET + timedelta(minutes=1), "a")):
+            first = "read <*>" if (tag == "b") == (i % 4 != 0) else "write <*>"
+            at = (when + timedelta(seconds=i)).timestamp()
+            lines += [
+                StepLine(ts=at, service="api", span_id=f"{tag}{i}", template=first),
+                StepLine(ts=at + 0.01, service="api", span_id=f"{tag}{i}", template="done <*>"),
+            ]
+    found = step_shortfalls([], lines, incident=_incident())
+    assert [s.z for s in found] == [0.0]
+
+
+def test_the_component_that_stopped_a_step_is_named_and_its_kind_is_a_code_fault() -> None:
+    spans, lines = _steps_incident()
+    data = TracesData(
+        services=[],
+        slowest_operations=[],
+        error_spans={},
+        blocked_parents=[],
+        step_shortfalls=step_shortfalls(spans, lines, incident=_incident()),
+    )
+    obs = Observation(
+        id="t-1", source=SourceKind.traces, action=Action(tool="traces.summary"), data=data, text="", tokens=1
+    )
+    found = {f.component: f for f in mechanisms.vanished_findings([obs])}
+    assert found["pricing"].surprise >= mechanisms.CLEAR
+    assert "priced trip" in found["pricing"].why and "20% of 30" in found["pricing"].why
+    assert found["catalog"].surprise < mechanisms.CLEAR
+    # A starved or cut-off component's requests time out: its missing steps are not a code fault.
+    assert "mech:vanished" not in mechanisms.explained_within({"mech:vanished": 7.0, "mech:capacity:cpu_usage": 7.0})
+    assert "mech:vanished" in mechanisms.placed_in.__globals__["OWN_PLACE"]
