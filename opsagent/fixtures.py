@@ -132,6 +132,10 @@ class IncidentFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     alert: Alert
+    alerts: list[Alert] = Field(
+        default_factory=list,
+        description="other alerts that fired around it (an alert storm): correlation decides which join the incident",
+    )
     window: TimeRange
     baseline: TimeRange | None = None
     topology: list[Edge] = Field(default_factory=list)
@@ -316,6 +320,7 @@ class Recording(BaseModel):
 
     slug: str
     alert: Alert
+    alerts: list[Alert] = Field(default_factory=list, description="other alerts that fired around it")
     window: TimeRange
     baseline: TimeRange | None
     topology: list[Edge]
@@ -448,6 +453,7 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
     recording = Recording(
         slug=directory.name,
         alert=header.alert,
+        alerts=header.alerts,
         window=header.window,
         baseline=header.baseline,
         topology=header.topology,
