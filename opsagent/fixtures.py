@@ -78,6 +78,15 @@ class Truth(BaseModel):
         "a namespace); scoring accepts it, and ``service`` where it is absent",
     )
     object_type: Literal["app", "workload", "service", "node", "namespace"] | None = None
+    joined: list[str] = Field(
+        default_factory=list,
+        description="an alert storm: the alertnames of the header's ``alerts`` that belong to this incident",
+    )
+    apart: list[str] = Field(
+        default_factory=list,
+        description="an alert storm: the alertnames of the header's ``alerts`` that are unrelated to it and must "
+        "stay incidents of their own",
+    )
 
     @property
     def target(self) -> str:
