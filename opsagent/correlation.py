@@ -43,7 +43,11 @@ class CorrelationSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(default=True, description="join connected alerts of different groups into one incident")
+    enabled: bool = Field(
+        default=False,
+        description="the webhook joins connected alerts of different alert groups into one incident (one web "
+        "replica: its state is in the process)",
+    )
     window_s: float = Field(
         default=DEFAULT_WINDOW.total_seconds(),
         gt=0,
@@ -117,6 +121,7 @@ class Storm:
     services: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # each member's alert_key
+    firing: set[str] = field(default_factory=set)  # keys of its alerts not yet resolved (as many as members)
     count: int = 0  # every alert placed in it, kept as a member or not
 
     @property
@@ -150,7 +155,9 @@ class Correlator:
         self.max_members = max_members
         self.max_services = max_services
         self._storms: OrderedDict[str, Storm] = OrderedDict()
-        self._by_fingerprint: OrderedDict[str, str] = OrderedDict()
+        # fingerprint -> (storm key, the alert's start): the same fingerprint starting again much
+        # later is a new firing of it, not the alert the storm holds
+        self._by_fingerprint: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
 
     @classmethod
     def of(cls, settings: CorrelationSettings, edges: Iterable[Edge] = ()) -> Correlator:
@@ -170,16 +177,24 @@ class Correlator:
         """Storms, alerts and fingerprints held: what the caps bound."""
         return len(self._storms), sum(len(s.members) for s in self._storms.values()), len(self._by_fingerprint)
 
-    def storm_of(self, fingerprint: str | None) -> Storm | None:
-        """The storm an alert of this fingerprint was placed in, while it is remembered."""
-        key = self._by_fingerprint.get(fingerprint) if fingerprint else None
-        return self._storms.get(key) if key is not None else None
+    def __contains__(self, key: str) -> bool:
+        return key in self._storms
+
+    def storm_of(self, alert: Alert) -> Storm | None:
+        """The storm this alert was placed in, while it is remembered (by fingerprint, and a start
+        within the window of the one placed)."""
+        known = self._by_fingerprint.get(alert.fingerprint) if alert.fingerprint else None
+        if known is None or abs(alert.starts_at - known[1]) > self.window:
+            return None
+        return self._storms.get(known[0])
 
     def place(self, alert: Alert, *, key: str) -> Placement:
         """Join ``alert`` to the first storm it is connected to, or open one keyed ``key``."""
-        known = self.storm_of(alert.fingerprint)
+        known = self.storm_of(alert)
         if known is not None:
             self._storms.move_to_end(known.key)
+            if len(known.firing) < self.max_members:
+                known.firing.add(alert_key(alert))
             return Placement(known, opened=False, reason="already part of it")
         for storm in self.storms:
             reason = self._connects(alert, storm)
@@ -194,12 +209,20 @@ class Correlator:
             self.forget(next(iter(self._storms)))
         return Placement(storm, opened=True, reason="")
 
+    def settle(self, alert: Alert) -> Storm | None:
+        """A resolved alert: its storm, while remembered, no longer counts it as firing."""
+        storm = self.storm_of(alert)
+        if storm is not None:
+            storm.firing.discard(alert_key(alert))
+        return storm
+
     def forget(self, key: str) -> None:
         """Drop a storm (its incident was resolved, or it is the least recently touched)."""
         storm = self._storms.pop(key, None)
         if storm is not None:
             for member in storm.members:
-                if member.fingerprint and self._by_fingerprint.get(member.fingerprint) == key:
+                known = self._by_fingerprint.get(member.fingerprint) if member.fingerprint else None
+                if member.fingerprint and known is not None and known[0] == key:
                     del self._by_fingerprint[member.fingerprint]
 
     def _connects(self, alert: Alert, storm: Storm) -> str | None:
@@ -220,6 +243,7 @@ class Correlator:
         if len(storm.members) < self.max_members:
             storm.members.append(joined_alert(alert, reason))
             storm.keys.append(alert_key(alert))
+            storm.firing.add(alert_key(alert))
         for service in named_services(alert):
             if service not in storm.services and len(storm.services) < self.max_services:
                 storm.services.append(service)
@@ -227,7 +251,7 @@ class Correlator:
             if node not in storm.nodes and len(storm.nodes) < self.max_services:
                 storm.nodes.append(node)
         if alert.fingerprint:
-            self._by_fingerprint[alert.fingerprint] = storm.key
+            self._by_fingerprint[alert.fingerprint] = (storm.key, alert.starts_at)
             self._by_fingerprint.move_to_end(alert.fingerprint)
             while len(self._by_fingerprint) > self.max_storms * self.max_members:
                 self._by_fingerprint.popitem(last=False)
@@ -249,6 +273,23 @@ def correlate(
     return correlator.storms
 
 
+def lead_storm(
+    lead: Alert,
+    alerts: Sequence[Alert],
+    edges: Iterable[Edge],
+    *,
+    window: timedelta = DEFAULT_WINDOW,
+    hops: int = DEFAULT_HOPS,
+) -> Storm:
+    """The storm ``lead`` opens when it is placed first and ``alerts`` after it, in order of start
+    (then key), as :func:`correlate` places them."""
+    correlator = Correlator(Topology(edges, hops=hops), window=window, max_storms=len(alerts) + 1)
+    storm = correlator.place(lead, key=alert_key(lead)).storm
+    for alert in sorted(alerts, key=lambda a: (a.starts_at, alert_key(a))):
+        correlator.place(alert, key=alert_key(alert))
+    return storm
+
+
 def storm_of(
     lead: Alert,
     alerts: Sequence[Alert],
@@ -257,12 +298,8 @@ def storm_of(
     window: timedelta = DEFAULT_WINDOW,
     hops: int = DEFAULT_HOPS,
 ) -> list[JoinedAlert]:
-    """The alerts of ``alerts`` that join ``lead``'s storm, the lead not among them."""
-    lead_key = alert_key(lead)
-    for storm in correlate([lead, *alerts], edges, window=window, hops=hops):
-        if lead_key in storm.keys:
-            return [m for m, k in zip(storm.members, storm.keys, strict=True) if k != lead_key]
-    return []
+    """The alerts of ``alerts`` that join the incident ``lead`` opened, the lead not among them."""
+    return lead_storm(lead, alerts, edges, window=window, hops=hops).joined
 
 
 # ---------------------------------------------------------------- the report's side

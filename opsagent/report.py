@@ -378,10 +378,9 @@ def renderables(report: Report) -> list[RenderableType]:
     body.append(Text(report.statement))
     if report.alerts:
         body.append(_section(f"Alerts joined ({len(report.alerts)})"))
-        grid = _grid(None, 1, None, 1, 2)
-        for row in alert_rows(report):
-            grid.add_row(*(Text(cell) for cell in row))
-        body.append(grid)
+        for name, services, fired, reason, explained in alert_rows(report):
+            body.append(Text(f"{fired} {name} on {services}: {reason}"))
+            body.append(_indented(f"explained by: {explained}", style="dim"))
     if report.evidence:
         body.append(_section("Evidence"))
         grid = _grid(None, None, 1)
