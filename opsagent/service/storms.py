@@ -33,8 +33,8 @@ class Part:
     joined: bool = False
 
     def payload(self, whole: WebhookPayload) -> WebhookPayload:
-        if self.alerts == whole.alerts and self.status == whole.status:
-            return whole
+        if len(self.alerts) == len(whole.alerts) and self.status == whole.status and self.key == whole.group_key:
+            return whole  # the whole notification, stored as it came
         status = "firing" if any(a.status == "firing" for a in self.alerts) else "resolved"
         # what the part's alerts have in common, as Alertmanager computes it for a group
         common = {
