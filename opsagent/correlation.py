@@ -80,10 +80,12 @@ class Topology:
         self.edges = sorted({(e.caller, e.callee) for e in edges})
         self.hops = hops
         self._below = callees_of(Edge(caller=a, callee=b) for a, b in self.edges)
-        self._reach: dict[str, frozenset[str]] = {}
+        self._reach: dict[str, frozenset[str]] = {}  # only callers of the graph: as many as it has
 
     def reach(self, service: str) -> frozenset[str]:
         """Components ``service`` calls within ``hops`` calls (itself excluded)."""
+        if service not in self._below:  # a callee only, or a name the graph has never heard of
+            return frozenset()
         found = self._reach.get(service)
         if found is None:
             seen: set[str] = set()
