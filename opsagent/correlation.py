@@ -5,7 +5,7 @@ Two alerts are *connected* when one alerting service reaches the other along the
 both services depend on a common component, each within ``hops`` calls, or when both name the same
 node (``node``, ``kubernetes_node``, ``host``… labels). An alert *joins* a storm when its start lies
 within ``window`` of the storm's first alert and it is connected to one of the storm's alerts; the
-first storm (in opening order) it joins takes it, otherwise it opens a storm of its own. An alert
+first storm it joins (earliest first) takes it, otherwise it opens a storm of its own. An alert
 that names neither a service nor a node is connected to nothing: it stays its own incident.
 
 A :class:`Correlator` keeps what a long-running service needs and no more: at most ``max_storms``
@@ -114,7 +114,8 @@ class Topology:
 
 @dataclass
 class Storm:
-    """Alerts joined into one incident. ``key`` is the key of the alert that opened it."""
+    """Alerts joined into one incident. ``key``: the name its opener gave it (the webhook: the alert
+    group's key, which the store deduplicates by); ``lead``: the alert that opened it."""
 
     key: str
     lead: Alert
@@ -172,7 +173,7 @@ class Correlator:
 
     @property
     def storms(self) -> list[Storm]:
-        """Open storms, in the order they were opened."""
+        """The storms remembered, earliest first alert first."""
         return sorted(self._storms.values(), key=lambda s: (s.first, s.key))
 
     def size(self) -> tuple[int, int, int]:
