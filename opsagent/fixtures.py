@@ -78,6 +78,15 @@ class Truth(BaseModel):
         "a namespace); scoring accepts it, and ``service`` where it is absent",
     )
     object_type: Literal["app", "workload", "service", "node", "namespace"] | None = None
+    joined: list[str] = Field(
+        default_factory=list,
+        description="an alert storm: the alertnames of the header's ``alerts`` that belong to this incident",
+    )
+    apart: list[str] = Field(
+        default_factory=list,
+        description="an alert storm: the alertnames of the header's ``alerts`` that are unrelated to it and must "
+        "stay incidents of their own",
+    )
 
     @property
     def target(self) -> str:
@@ -132,6 +141,10 @@ class IncidentFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     alert: Alert
+    alerts: list[Alert] = Field(
+        default_factory=list,
+        description="other alerts that fired around it (an alert storm): correlation decides which join the incident",
+    )
     window: TimeRange
     baseline: TimeRange | None = None
     topology: list[Edge] = Field(default_factory=list)
@@ -316,6 +329,7 @@ class Recording(BaseModel):
 
     slug: str
     alert: Alert
+    alerts: list[Alert] = Field(default_factory=list, description="other alerts that fired around it")
     window: TimeRange
     baseline: TimeRange | None
     topology: list[Edge]
@@ -448,6 +462,7 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
     recording = Recording(
         slug=directory.name,
         alert=header.alert,
+        alerts=header.alerts,
         window=header.window,
         baseline=header.baseline,
         topology=header.topology,

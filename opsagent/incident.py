@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from opsagent.models import Alert, Incident, Symptom, TimeRange
+from opsagent.models import Alert, Incident, JoinedAlert, Symptom, TimeRange
 
 SERVICE_KEYS = ("service", "app", "application", "service_name", "job", "component", "container", "deployment")
+#: Labels that name the machine an alert fired on.
+NODE_KEYS = ("node", "kubernetes_node", "nodename", "host", "hostname")
 
 _SYMPTOM_WORDS: list[tuple[Symptom, re.Pattern[str]]] = [
     (Symptom.latency, re.compile(r"latenc|slow|p9\d|duration|response.?time", re.I)),
@@ -28,6 +31,16 @@ def alert_services(alert: Alert) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found)) or ("unknown",)
 
 
+def named_services(alert: Alert) -> tuple[str, ...]:
+    """The services an alert names; none for one that names none (not the objective's ``unknown``)."""
+    found = alert_services(alert)
+    return () if found == ("unknown",) else found
+
+
+def alert_nodes(alert: Alert) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(alert.labels[k] for k in NODE_KEYS if alert.labels.get(k)))
+
+
 def alert_symptom(alert: Alert) -> Symptom:
     text = " ".join([alert.labels.get("alertname", ""), *alert.annotations.values()])
     for symptom, pattern in _SYMPTOM_WORDS:
@@ -42,6 +55,20 @@ def incident_id(alert: Alert) -> str:
     return f"inc-{digest}"
 
 
+def joined_alert(alert: Alert, reason: str = "") -> JoinedAlert:
+    """An alert as an alert storm's objective lists it; ``reason``: why it joined."""
+    return JoinedAlert(
+        alertname=alert.labels.get("alertname", "alert"),
+        services=named_services(alert),
+        nodes=alert_nodes(alert),
+        symptom=alert_symptom(alert),
+        starts_at=alert.starts_at,
+        fingerprint=alert.fingerprint,
+        summary=alert.annotations.get("summary", ""),
+        reason=reason,
+    )
+
+
 def open_incident(
     alert: Alert,
     *,
@@ -49,8 +76,11 @@ def open_incident(
     window: TimeRange | None = None,
     baseline: TimeRange | None = None,
     id: str | None = None,
+    joined: Sequence[JoinedAlert] = (),
 ) -> Incident:
-    """The immutable objective. ``onset`` defaults to the alert's start."""
+    """The immutable objective. ``onset`` defaults to the alert's start. ``joined``: the other
+    alerts of an alert storm (:mod:`opsagent.correlation`); the objective then names every service
+    they alert on, after the lead alert's, and lists them all."""
     start = onset or alert.starts_at
     window = window or TimeRange(start=start - DEFAULT_BEFORE, end=start + DEFAULT_AFTER)
     if baseline is None:
@@ -59,6 +89,9 @@ def open_incident(
     name = alert.labels.get("alertname", "alert")
     services = alert_services(alert)
     summary = alert.annotations.get("summary") or f"{name} on {', '.join(services)}"
+    if joined:
+        services = tuple(dict.fromkeys([*services, *(s for j in joined for s in j.services)]))
+        summary = f"{summary} (and {len(joined)} more alert{'s' if len(joined) > 1 else ''})"
     return Incident(
         id=id or incident_id(alert),
         title=summary,
@@ -69,4 +102,5 @@ def open_incident(
         baseline=baseline,
         labels=dict(alert.labels),
         alerted_at=alert.starts_at,
+        alerts=(joined_alert(alert), *joined) if joined else (),
     )

@@ -152,6 +152,19 @@ class Alert(BaseModel):
     status: str | None = None
 
 
+class JoinedAlert(Frozen):
+    """One alert of an alert storm, as the objective lists it (:mod:`opsagent.correlation`)."""
+
+    alertname: str
+    services: tuple[str, ...] = Field(description="the services it names; none when it names none")
+    nodes: tuple[str, ...] = Field(default=(), description="the nodes it names (node, host… labels)")
+    symptom: Symptom
+    starts_at: AwareDatetime
+    fingerprint: str | None = None
+    summary: str = ""
+    reason: str = Field(default="", description="why it joined the incident (empty for the alert that opened it)")
+
+
 class Incident(Frozen):
     """The fixed objective of one investigation. It never changes while hypotheses do."""
 
@@ -164,6 +177,11 @@ class Incident(Frozen):
     baseline: TimeRange
     labels: dict[str, str] = Field(default_factory=dict)
     alerted_at: AwareDatetime | None = Field(default=None, description="when the alert fired (startsAt)")
+    alerts: tuple[JoinedAlert, ...] = Field(
+        default=(),
+        description="an alert storm: every alert joined into this incident, the one that opened it first; "
+        "empty when one alert opened it alone",
+    )
 
     @property
     def service(self) -> str:
@@ -800,6 +818,14 @@ class Suspect(Frozen):
     why: str
 
 
+class AlertExplained(Frozen):
+    """One alert of an alert storm, and the cause of the report that accounts for it, if any."""
+
+    alert: JoinedAlert
+    cause: str | None = Field(description="component/kind of the cause that explains it; null when none does")
+    how: str = Field(description="how that cause reaches the alerting service, or why nothing explains it")
+
+
 class ProvenRival(Frozen):
     """Another cause proven in the same incident, and how it stands to the root cause: caused by it
     (the root cause accounts for it) or ranked below it, and by what."""
@@ -1001,6 +1027,10 @@ class Report(BaseModel):
     links: list[Link] = Field(
         default_factory=list,
         description="the alert's source, its runbook, each cited series, a silence, each cited change",
+    )
+    alerts: list[AlertExplained] = Field(
+        default_factory=list,
+        description="an alert storm: per alert joined into the incident, the cause that explains it or that none does",
     )
 
     @property

@@ -19,6 +19,7 @@ from adapters.replay import replay_sources
 from opsagent import ranking
 from opsagent.analysis.changes import changes_in_flight
 from opsagent.catalog import SignalCatalog, default_catalog
+from opsagent.correlation import explain, storm_of
 from opsagent.discovery import discover, metric_names
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
@@ -35,6 +36,7 @@ from opsagent.models import (
     Evidence,
     HypothesisResult,
     Incident,
+    JoinedAlert,
     Lesson,
     LessonUse,
     MetricsData,
@@ -127,9 +129,12 @@ async def investigate(
     recording: Recording | None = None,
     links: LinkSettings | None = None,
     work: WorkClock | None = None,
+    joined: Sequence[JoinedAlert] = (),
 ) -> Report:
     """One investigation. ``work``: count the budget's seconds in work done, not on ``clock``
-    (replays pass one, so their reports do not depend on how busy the machine is)."""
+    (replays pass one, so their reports do not depend on how busy the machine is). ``joined``: the
+    other alerts of an alert storm :mod:`opsagent.correlation` joined to ``alert``; the objective
+    names all their services and the report says which cause explains each."""
     budget = budget or Budget()
     # one trace per investigation: its triage, hypotheses, tool calls and verdicts are spans under it
     with span("opsagent.investigation", strategy=strategy_name, alertname=alert.labels.get("alertname")) as root:
@@ -141,6 +146,7 @@ async def investigate(
             window=recording.window if recording else None,
             baseline=recording.baseline if recording else None,
             id=incident_id,
+            joined=joined,
         )
         onset = await refine_onset(alert, sources, catalog, provisional, meter=meter)
         incident = open_incident(
@@ -149,6 +155,7 @@ async def investigate(
             window=provisional.window,
             baseline=recording.baseline if recording else None,
             id=provisional.id,
+            joined=joined,
         )
         toolbox = Toolbox(
             sources=sources,
@@ -180,6 +187,7 @@ async def investigate(
         ]
         report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.label, lessons=written)
         report = report.model_copy(update={"search": search.tree()})
+        report = report.model_copy(update={"alerts": explain(report, outcome.triage.graph or topology or [])})
         report = report.model_copy(update={"links": links_for(report, alert, links)})
         if isinstance(reasoner, PerInvestigation):
             report = report.model_copy(update={"llm": reasoner.transcript()})
@@ -587,4 +595,5 @@ async def investigate_recording(
         lessons=lessons,
         listener=listener,
         work=WorkClock(),
+        joined=storm_of(recording.alert, recording.alerts, recording.topology),
     )

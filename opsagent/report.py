@@ -115,6 +115,30 @@ def rival_lines(report: Report) -> list[str]:
     return out
 
 
+#: The columns of an alert storm's table (:func:`alert_rows`).
+ALERT_HEADS = ("alert", "services", "fired", "joined because", "explained by")
+
+
+def alert_rows(report: Report) -> list[tuple[str, ...]]:
+    """An alert storm's alerts, the lead first: what fired where and when, why it joined, and
+    which cause explains it (or that none does)."""
+    day = report.incident.onset
+    rows: list[tuple[str, ...]] = []
+    for entry in report.alerts:
+        a = entry.alert
+        explained = f"{entry.cause} ({entry.how})" if entry.cause else entry.how
+        rows.append(
+            (
+                a.alertname,
+                ", ".join(a.services) or "-",
+                clock_on(a.starts_at, day),
+                a.reason or "opened the incident",
+                explained,
+            )
+        )
+    return rows
+
+
 def model_summary(report: Report) -> str | None:
     """One line on the LLM reasoner's part: model, calls, tokens, cost, what fell back (None for
     the playbook reasoner)."""
@@ -352,6 +376,11 @@ def renderables(report: Report) -> list[RenderableType]:
         body.append(_indented(f"why: {first[1]}", style="dim"))
     body.extend(Text(line, style="yellow") for line in rival_lines(report))
     body.append(Text(report.statement))
+    if report.alerts:
+        body.append(_section(f"Alerts joined ({len(report.alerts)})"))
+        for name, services, fired, reason, explained in alert_rows(report):
+            body.append(Text(f"{fired} {name} on {services}: {reason}"))
+            body.append(_indented(f"explained by: {explained}", style="dim"))
     if report.evidence:
         body.append(_section("Evidence"))
         grid = _grid(None, None, 1)
@@ -545,6 +574,11 @@ def to_markdown(report: Report) -> str:
         lines += [f"**Do first:** {_md(first[0])}", "", f"Why: {_md(first[1])}", ""]
     lines += [f"- {_md(line)}" for line in rival_lines(report)] + ([""] if report.also_proven else [])
     lines += [_md(report.statement), ""]
+    if report.alerts:
+        lines += [f"## Alerts joined ({len(report.alerts)})", "", "| " + " | ".join(ALERT_HEADS) + " |"]
+        lines += ["|" + "---|" * len(ALERT_HEADS)]
+        lines += ["| " + " | ".join(_md(cell, cell=True) for cell in row) + " |" for row in alert_rows(report)]
+        lines.append("")
     if report.evidence:
         lines += ["## Evidence", ""]
         lines += [f"- `{e.observation_id}` ({e.source.value}) {_md(e.statement)}" for e in report.evidence]

@@ -4,7 +4,10 @@ AC@k is the share of incidents whose true component is among the first k suspect
 mean of AC@1..AC@5; kind accuracy compares the top suspect's fault kind with the true kind. Where
 the truth names the change that caused an incident (``truth.change_ids``), change@k is the share of
 those incidents whose change is among the first k changes of the report (a rollout is hit by its id
-or any of its steps' ids). Truth is read here, after the investigation, and never before.
+or any of its steps' ids). Where the truth says which alerts of an alert storm join the incident and
+which stay apart (``truth.joined``, ``truth.apart``), the storm is grouped right when the incident
+joined exactly the first and none of the second. Truth is read here, after the investigation, and
+never before.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class IncidentScore(BaseModel):
     truth_changes: list[str] = []
     top_changes: list[str] = []
     change_rank: int | None = None
+    joined: list[str] = []
+    storm_ok: bool | None = None
     steps: int
     tool_calls: int
     tokens: int
@@ -82,6 +87,11 @@ class Scoreboard(BaseModel):
     def verdict_accuracy(self) -> float:
         return sum(s.verdict_ok for s in self.scores) / len(self.scores) if self.scores else 0.0
 
+    @property
+    def storms(self) -> list[IncidentScore]:
+        """The incidents whose truth says which of their alerts join them and which stay apart."""
+        return [s for s in self.scores if s.storm_ok is not None]
+
     def mean(self, attr: str) -> float:
         return sum(getattr(s, attr) for s in self.scores) / len(self.scores) if self.scores else 0.0
 
@@ -103,6 +113,10 @@ def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
             and report.root_cause.component == truth.target
             and report.root_cause.kind == truth.kind
         )
+    joined = [a.alertname for a in report.incident.alerts[1:]]
+    storm_ok = (
+        set(joined) == set(truth.joined) and not set(joined) & set(truth.apart) if truth.joined or truth.apart else None
+    )
     change_rank = next((n for n, c in enumerate(report.changes, start=1) if set(c.ids) & set(truth.change_ids)), None)
     return IncidentScore(
         slug=slug,
@@ -119,6 +133,8 @@ def score(slug: str, report: Report, truth: Truth) -> IncidentScore:
         truth_changes=list(truth.change_ids),
         top_changes=[c.id for c in report.changes[:3]],
         change_rank=change_rank if truth.change_ids else None,
+        joined=joined,
+        storm_ok=storm_ok,
         steps=report.cost.steps,
         tool_calls=report.cost.tool_calls,
         tokens=report.cost.tokens,

@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig, credentials_in_url
+from opsagent.correlation import CorrelationSettings
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef, not_utf8
 from opsagent.links import LinkSettings
@@ -126,6 +127,10 @@ class Settings(BaseSettings):
     )
     fixtures_dir: Path | None = Field(
         default=None, description="recorded incidents the service investigates alerts against (replay sources)"
+    )
+    correlation: CorrelationSettings = Field(
+        default_factory=CorrelationSettings,
+        description="alert storms: connected alerts of several groups as one incident (docs/integrations.md)",
     )
     public_url: str | None = Field(default=None, description="base URL of the service, for links in notifications")
     job_timeout_s: float = Field(default=300.0, gt=0, description="an investigation still running then has failed")

@@ -19,7 +19,7 @@ import pytest
 from pydantic import SecretStr
 
 from opsagent.settings import Settings
-from opsagent.store import JobOutcome, ServiceStore, Store, StoreError, StoreLocation, schema_version
+from opsagent.store import JobOutcome, NotificationIn, ServiceStore, Store, StoreError, StoreLocation, schema_version
 from opsagent.store.postgres import mapped_errors
 from tests.conftest import ROOT
 from tests.test_lessons import lesson
@@ -105,6 +105,23 @@ def test_concurrent_claims_never_lease_one_job_twice(store_location: StoreLocati
     assert sorted(claimed) == sorted(set(claimed)) and len(claimed) == 40
     with Store(store_location) as store:
         assert store.job_counts() == {"queued": 0, "running": 0, "done": 40, "failed": 0}
+
+
+def test_a_claimed_job_brings_the_later_firing_notifications_of_its_incident(store_location: StoreLocation) -> None:
+    """An alert storm's later alerts join the incident as notifications of its key: the job that
+    investigates it reads them with the one that opened it, not the resolved ones or another's."""
+
+    def carrying(group: str, payload: str, status: str = "firing") -> NotificationIn:
+        return note(group, status).model_copy(update={"payload": payload})
+
+    with Store(store_location) as store:
+        store.accept([carrying("storm", '{"n": 1}'), carrying("other", '{"n": 9}')])
+        store.accept([carrying("storm", '{"n": 2}'), carrying("storm", '{"n": 3}')])
+        store.accept([carrying("storm", '{"n": 4}', "resolved")])
+        job = store.claim_job(owner="h:1:t", now=1000.0, lease_s=60, max_attempts=3)
+        assert job is not None and (job.payload, job.joined) == ('{"n": 1}', ['{"n": 2}', '{"n": 3}'])
+        other = store.claim_job(owner="h:1:t", now=1000.0, lease_s=60, max_attempts=3)
+        assert other is not None and (other.payload, other.joined) == ('{"n": 9}', [])
 
 
 # ---------------------------------------------------------------- lessons shared

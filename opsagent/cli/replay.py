@@ -63,10 +63,12 @@ def summary_line(board: Scoreboard) -> str:
         if c1 is not None and c3 is not None
         else ""
     )
+    storms = board.storms
+    grouped = f"  alert storms grouped right {sum(bool(s.storm_ok) for s in storms)}/{len(storms)}" if storms else ""
     return (
         f"AC@1 {board.ac(1):.3f}  AC@3 {board.ac(3):.3f}  Avg@5 {board.avg5:.3f}  {changes}"
         f"kind accuracy {board.kind_accuracy:.3f}  verdicts right {board.verdict_accuracy:.3f}  "
-        f"({len(board.scores)} incidents)"
+        f"({len(board.scores)} incidents){grouped}"
     )
 
 

@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import ClientDisconnect
 
+from opsagent.correlation import Correlator
 from opsagent.models import Report
 from opsagent.service.auth import Credentials
 from opsagent.service.charts import Chart
@@ -41,8 +42,9 @@ from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import Notifier, sinks_from
 from opsagent.service.pages import incident_page, index_page, not_found_page
 from opsagent.service.payload import GrafanaPayload, WebhookPayload
-from opsagent.service.provider import SourceProvider, provider_for
+from opsagent.service.provider import SourceProvider, known_topology, provider_for
 from opsagent.service.queue import Dispatcher, Inbox
+from opsagent.service.storms import Part, StormRouter
 from opsagent.service.worker import Runner, WorkerConfig
 from opsagent.settings import Settings, load_settings
 from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, ServiceStore, StoreError
@@ -74,6 +76,11 @@ class AcceptedNotification(BaseModel):
         "of the alert group, or ignored a resolution of no open incident"
     )
     report_url: str | None = None
+    incident_ids: list[str] = Field(
+        default_factory=list,
+        description="with alert correlation: every incident the notification's alerts went to, the one above "
+        "first (several when alerts of one group are not connected)",
+    )
 
 
 class Problem(BaseModel):
@@ -253,8 +260,11 @@ def create_app(
         log_level=log_level,
         playbooks=settings.playbooks_dir,
         links=settings.link_settings(),
+        correlation=settings.correlation,
     )
     parts: Parts | None = None
+    correlating = settings.correlation.enabled and role != "worker"
+    storms = StormRouter(Correlator.of(settings.correlation, known_topology(provider)) if correlating else None)
 
     def current() -> Parts:
         if parts is None:
@@ -310,6 +320,7 @@ def create_app(
         version="1",
         lifespan=lifespan,
     )
+    app.state.storms = storms  # what its correlator holds, for tests and operators' debugging
     app.add_middleware(
         Guard,
         credentials=credentials,
@@ -360,39 +371,52 @@ def create_app(
         except ValidationError as exc:
             raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
 
-    async def accept(payload: WebhookPayload, body: str, started: float) -> Response:
-        """Store a notification durably, then answer: investigated once per alert group (a
-        re-notification updates the incident, ``resolved`` resolves it)."""
-        p = current()
-        summary = payload.summary()
-        # a truncated list may leave out the alerts that tie this notification to the open episode
-        starts = [] if payload.truncated_alerts else sorted(a.starts_at for a in payload.firing)
-        note = NotificationIn(
-            group_key=payload.group_key,
-            status=payload.status,
+    def note_of(payload: WebhookPayload, part: Part, body: str) -> NotificationIn:
+        part_payload = part.payload(payload)
+        summary = part_payload.summary()
+        # a truncated list may leave out the alerts that tie this notification to the open episode;
+        # a part joined to another group's incident is never a new episode of it
+        timed = not (payload.truncated_alerts or part.joined)
+        starts = sorted(a.starts_at for a in part_payload.firing) if timed else []
+        return NotificationIn(
+            group_key=part.key,
+            status=part.status,
             receiver=payload.receiver,
             service=summary.service,
             alertname=summary.alertname,
             title=summary.title[:300],
-            payload=body,
+            payload=body if part_payload is payload else part_payload.model_dump_json(by_alias=True),
             received_at=datetime.now(UTC),
             first_started=starts[0] if starts else None,
             last_started=starts[-1] if starts else None,
         )
-        accepted = await p.inbox.accept(note)
-        if accepted.job_id is not None and p.dispatcher is not None:
+
+    async def accept(payload: WebhookPayload, body: str, started: float) -> Response:
+        """Store a notification durably, then answer: investigated once per alert group (a
+        re-notification updates the incident, ``resolved`` resolves it), or once per alert storm
+        when correlation is on (:mod:`opsagent.service.storms`)."""
+        p = current()
+        notes = [note_of(payload, part, body) for part in storms.split(payload)]
+        # together: the inbox writes them in one transaction, in this order
+        results = await asyncio.gather(*(p.inbox.accept(note) for note in notes))
+        if any(a.job_id is not None for a in results) and p.dispatcher is not None:
             p.dispatcher.wake()
         for alert in payload.alerts:
             metrics.alerts_received.labels(status=alert.status).inc()
-        metrics.notifications.labels(action=accepted.action).inc()
+        for accepted in results:
+            metrics.notifications.labels(action=accepted.action).inc()
+            if accepted.action != "updated":
+                log.info("webhook.accepted", action=accepted.action, incident_id=accepted.incident_id)
         metrics.accept_seconds.observe(time.perf_counter() - started)
-        if accepted.action != "updated":
-            log.info("webhook.accepted", action=accepted.action, incident_id=accepted.incident_id)
+        accepted = results[0]
         answer = AcceptedNotification(
             notification_id=accepted.notification_id,
             incident_id=accepted.incident_id,
             action=accepted.action,
             report_url=f"/incidents/{accepted.incident_id}.html" if accepted.incident_id else None,
+            incident_ids=list(dict.fromkeys(a.incident_id for a in results if a.incident_id))
+            if storms.correlator is not None
+            else [],
         )
         return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
 

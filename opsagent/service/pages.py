@@ -10,7 +10,9 @@ from urllib.parse import urlencode
 
 from opsagent.models import Evidence, Report, SearchTree
 from opsagent.report import (
+    ALERT_HEADS,
     SUSPECT_ORDER,
+    alert_rows,
     change_rows,
     clock_on,
     cost_line,
@@ -167,6 +169,14 @@ def incident_page(incident: IncidentRecord, report: Report | None, charts: list[
         f"<div class='panel verdict'><div class='headline'>{headline}</div>{do_first}{rivals}"
         f"<div>{e(report.statement)}</div><p class='meta'>{when_line}</p></div>"
     )
+    if report.alerts:
+        parts.append(
+            f"<h2>Alerts joined ({len(report.alerts)})</h2><table><tr>"
+            + "".join(f"<th>{h}</th>" for h in ALERT_HEADS)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>" for row in alert_rows(report))
+            + "</table>"
+        )
     alert_charts = [c for c in charts if c.role == "alert"]
     if alert_charts:
         parts.append("<h2>The alert's signal</h2>" + _charts(alert_charts))

@@ -161,11 +161,23 @@ def provider_for(settings: Settings) -> SourceProvider:
     return providers[0] if len(providers) == 1 else FirstMatch(providers)
 
 
+def known_topology(provider: SourceProvider) -> list[Edge]:
+    """The call edges a provider knows before any investigation: the recorded incidents' topologies
+    (what the webhook correlates alerts with, beside the configured ones); none for live sources,
+    whose graph comes from traces as each investigation reads them."""
+    if isinstance(provider, FixtureProvider):
+        return provider.topology()
+    if isinstance(provider, FirstMatch):
+        return [e for p in provider.providers for e in known_topology(p)]
+    return []
+
+
 @dataclass(frozen=True)
 class _Entry:
     slug: str
     alertname: str
     services: tuple[str, ...]
+    topology: tuple[Edge, ...] = ()
 
 
 class FixtureProvider:
@@ -192,13 +204,19 @@ class FixtureProvider:
                 try:
                     raw = yaml.safe_load(header.read_text(encoding="utf-8"))
                     alert = Alert.model_validate(raw["alert"])
+                    edges = tuple(Edge.model_validate(e) for e in raw.get("topology") or [])
                 except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
                     log.warning("provider.fixture_skipped", path=str(header), error=str(exc))
                     continue
                 slug = header.parent.name
-                found[slug] = _Entry(slug, alert.labels.get("alertname", ""), alert_services(alert))
+                found[slug] = _Entry(slug, alert.labels.get("alertname", ""), alert_services(alert), edges)
             self._index = found
         return self._index
+
+    def topology(self) -> list[Edge]:
+        """Every recorded incident's call edges, once each."""
+        seen = {(e.caller, e.callee): e for entry in self.index().values() for e in entry.topology}
+        return [seen[k] for k in sorted(seen)]
 
     def match(self, alert: Alert) -> str | None:
         index = self.index()

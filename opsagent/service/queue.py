@@ -277,7 +277,9 @@ class Dispatcher:
         owner = str(self.owner)
         log.info("job.start", job_id=job.id, incident_id=job.incident_id, attempt=job.attempts)
         started = time.perf_counter()
-        run = self.runner.run(JobInput(job_id=job.id, incident_id=job.incident_id, payload=job.payload))
+        run = self.runner.run(
+            JobInput(job_id=job.id, incident_id=job.incident_id, payload=job.payload, joined=job.joined)
+        )
         try:
             output: JobOutput = await asyncio.wait_for(run, timeout=self.timeout_s)
         except BrokenProcessPool:  # a worker died under it: the job goes back to the queue

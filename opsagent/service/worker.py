@@ -17,7 +17,7 @@ import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Literal
@@ -26,15 +26,18 @@ import structlog
 from pydantic import BaseModel
 
 from opsagent.catalog import default_catalog
+from opsagent.correlation import CorrelationSettings, alert_key, lead_storm
+from opsagent.fixtures import Edge
+from opsagent.incident import joined_alert
 from opsagent.lessons import rule_check
 from opsagent.links import LinkSettings
 from opsagent.logconfig import configure
 from opsagent.loop import Budget, WorkClock
-from opsagent.models import Lesson, Report
+from opsagent.models import Alert, JoinedAlert, Lesson, Report
 from opsagent.pipeline import investigate, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.service.charts import Chart, collect
-from opsagent.service.payload import WebhookPayload
+from opsagent.service.payload import WebhookAlert, WebhookPayload
 from opsagent.service.provider import Plan, SourceProvider
 from opsagent.sources import Sources
 from opsagent.store import FinishedReport, JobOutcome, Store, StoreError, StoreLocation
@@ -55,12 +58,15 @@ class WorkerConfig:
     niceness: int = 10
     log_level: str = "info"
     links: LinkSettings | None = None
+    correlation: CorrelationSettings | None = None
 
 
 class JobInput(BaseModel):
     job_id: int
     incident_id: str
     payload: str
+    #: the payloads of the incident's later firing notifications (alerts of its storm that joined it)
+    joined: list[str] = []
 
 
 class JobOutput(BaseModel):
@@ -103,6 +109,7 @@ class Worker:
         the lessons it teaches, for the service to store with the job's end in one transaction."""
         payload = WebhookPayload.model_validate_json(job.payload)
         plan = self.plan(payload)
+        later = [a for text in job.joined for a in WebhookPayload.model_validate_json(text).firing]
         try:
             lessons = self.store().lessons()
         except StoreError as exc:
@@ -110,7 +117,7 @@ class Worker:
             lessons = []
             self._forget_store()  # the next job connects again (a restarted server, a lost connection)
         started = time.perf_counter()
-        report, charts = asyncio.run(_investigate(self, job, payload, plan, lessons))
+        report, charts = asyncio.run(_investigate(self, job, payload, plan, lessons, later))
         wall_ms = round((time.perf_counter() - started) * 1000, 1)
         issues = rule_check(report)
         if issues:  # a live incident has no truth to learn against: only conclusions that pass the rules teach
@@ -236,13 +243,37 @@ def _links(configured: LinkSettings | None, payload: WebhookPayload) -> LinkSett
     return links
 
 
+def joined_alerts(
+    lead: Alert, others: list[Alert], edges: list[Edge], settings: CorrelationSettings | None
+) -> list[JoinedAlert]:
+    """The other alerts an incident received, as its objective lists them: with the reason the
+    topology gives, or, for one the webhook joined on what this process cannot see (a topology only
+    the web process was given), saying so. Without correlation, none: one alert group's incident
+    is investigated from its lead alert, as before."""
+    if settings is None or not settings.enabled or not others:
+        return []
+    topology = [*settings.topology, *edges]
+    storm = lead_storm(lead, others, topology, window=timedelta(seconds=settings.window_s), hops=settings.hops)
+    rest = {alert_key(a): a for a in others if alert_key(a) not in storm.keys}
+    extra = [joined_alert(a, "joined by the webhook service") for a in rest.values()]
+    return (storm.joined + extra)[: settings.max_members]
+
+
 async def _investigate(
-    worker: Worker, job: JobInput, payload: WebhookPayload, plan: Plan | None, lessons: list[Lesson]
+    worker: Worker,
+    job: JobInput,
+    payload: WebhookPayload,
+    plan: Plan | None,
+    lessons: list[Lesson],
+    later: list[WebhookAlert],
 ) -> tuple[Report, list[Chart]]:
     config = worker.config
     reasoner = PlaybookReasoner(worker.playbooks)
     if plan is None:  # nothing to read: investigated anyway, the report names every source it could not read
         plan = Plan(name="none", alert=payload.summary().lead.as_alert(), sources=Sources(), catalog=default_catalog())
+    # the alerts beside the one investigated from (a recording's own alert, where the plan replays one)
+    others = [a.as_alert() for a in [*payload.firing, *later]]
+    others = [a for a in others if alert_key(a) != alert_key(plan.alert)]
     try:
         report = await investigate(
             plan.alert,
@@ -260,6 +291,7 @@ async def _investigate(
             now=datetime.now(UTC),
             links=_links(config.links, payload),
             work=WorkClock() if plan.recording is not None else None,  # a replay: its budget counts work
+            joined=joined_alerts(plan.alert, others, plan.topology, config.correlation),
         )
         return report, await collect(report, plan)
     finally:

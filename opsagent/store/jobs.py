@@ -31,13 +31,16 @@ from opsagent.store.records import (
 )
 from opsagent.store.sql import Tx, marks
 
+#: Most later notifications of an incident a job reads with it (an alert storm's other alerts).
+JOINED_NOTIFICATIONS = 32
+
 
 async def claim_job(tx: Tx, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
     stamp = instant(datetime.fromtimestamp(now, UTC))
     while True:
         row = (
             await tx.execute(
-                "SELECT j.id, j.incident_id, j.attempts, n.payload FROM jobs j JOIN notifications n"
+                "SELECT j.id, j.incident_id, j.attempts, n.payload, n.id FROM jobs j JOIN notifications n"
                 " ON n.id = j.notification_id WHERE j.status = 'queued' OR (j.status = 'running'"
                 f" AND j.lease_until < ?) ORDER BY j.id LIMIT 1{tx.dialect.skip_locked}",
                 (now,),
@@ -45,7 +48,7 @@ async def claim_job(tx: Tx, *, owner: str, now: float, lease_s: float, max_attem
         ).one()
         if row is None:
             return None
-        job_id, incident_id, attempts, payload = row
+        job_id, incident_id, attempts, payload, opened_by = row
         if attempts >= max_attempts:
             error = f"gave up after {attempts} attempt(s): the worker died or timed out each time"
             await _end_job(tx, job_id, incident_id, status="failed", error=error, stamp=stamp)
@@ -58,7 +61,18 @@ async def claim_job(tx: Tx, *, owner: str, now: float, lease_s: float, max_attem
         await tx.execute(
             "UPDATE incidents SET investigation = 'running', updated_at = ? WHERE id = ?", (stamp, incident_id)
         )
-        return ClaimedJob(id=job_id, incident_id=incident_id, attempts=attempts + 1, payload=payload)
+        later = await tx.execute(
+            "SELECT payload FROM notifications WHERE incident_id = ? AND id > ? AND status = 'firing'"
+            f" ORDER BY id LIMIT {JOINED_NOTIFICATIONS}",
+            (incident_id, opened_by),
+        )
+        return ClaimedJob(
+            id=job_id,
+            incident_id=incident_id,
+            attempts=attempts + 1,
+            payload=payload,
+            joined=[text for (text,) in later.rows],
+        )
 
 
 async def renew_leases(tx: Tx, job_ids: Sequence[int], *, owner: str, until: float) -> None:

@@ -110,6 +110,8 @@ class ClaimedJob(BaseModel):
     incident_id: str
     attempts: int
     payload: str
+    #: the payloads of the incident's later firing notifications (an alert storm's other alerts)
+    joined: list[str] = []
 
 
 class JobOutcome(BaseModel):
