@@ -102,6 +102,12 @@ def _sequences(spans: Sequence[Span], lines: Iterable[StepLine]) -> dict[str, tu
     return out
 
 
+def _calls_another(step: str, service: str) -> bool:
+    """Whether the step is a call to another component: what follows it is that component's answer (an
+    error it returned cuts the caller's request short), not the caller's code."""
+    return step.startswith("calls ") and step.split(" ", 2)[1] != service
+
+
 def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, incident: Incident) -> list[StepShortfall]:
     """Per component, the step whose expected successor went missing most clearly after onset.
 
@@ -134,6 +140,8 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
         after_seen, after_pairs = seen["after"][service], pairs["after"][service]
         best: StepShortfall | None = None
         for step in sorted(after_seen):
+            if _calls_another(step, service):
+                continue
             period = "baseline" if seen["baseline"][service][step] >= MIN_STEPS else "pre"
             n1, n2 = seen[period][service][step], after_seen[step]
             if n1 < MIN_STEPS or n2 < MIN_STEPS:
@@ -143,8 +151,9 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
                     continue
                 c2 = after_pairs[(step, nxt)]
                 pooled = (c1 + c2) / (n1 + n2)
-                # Followed every time before and after: nothing missing (and no spread to divide by).
-                z = (c1 / n1 - c2 / n2) / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)) if pooled < 1 else 0.0
+                if pooled >= 1.0:  # followed every time before and after: nothing to compare
+                    continue
+                z = (c1 / n1 - c2 / n2) / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
                 if best is None or z > best.z:
                     best = StepShortfall(
                         component=service,
