@@ -9,22 +9,29 @@ This module imports no client, so replaying a recording never loads one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import structlog
 
 from adapters.protocols import KubernetesReader
-from opsagent.analysis.kube import analyze
+from opsagent.analysis.kube import analyze, explain_exits
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
-from opsagent.models import Incident, KubernetesData
+from opsagent.models import Incident, KubeFinding, KubernetesData
 
 log = structlog.get_logger("opsagent.adapters")
 
 #: The kinds read for one investigation; pods are required, the rest make it better.
 READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "StatefulSet", "Rollout")
+#: How many of a crash-looping container's last lines are read to say why it exits.
+LAST_LINES = 200
+
+#: The last lines the named containers of a service's pods wrote (oldest first): what a crash-looping
+#: container said before it exited (``kubectl logs --previous``, or a recording's logs).
+LastWords = Callable[[str, frozenset[str]], Awaitable[list[str]]]
 
 
 class RecordedObjects:
@@ -58,8 +65,10 @@ class KubernetesState:
         *,
         service_labels: Sequence[str] = SERVICE_LABELS,
         now: Callable[[], datetime] | None = None,
+        last_words: LastWords | None = None,
     ) -> None:
         self.reader = reader
+        self._last_words = last_words
         self.name = reader.name
         self.service_labels = tuple(service_labels)
         self._now = now or (lambda: datetime.now(UTC))
@@ -99,8 +108,26 @@ class KubernetesState:
         cluster, at, unread = await self.cluster()
         data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
         if service is None:  # the whole cluster's read: which objects are broken, and why
-            data = data.model_copy(update={"findings": analyze(cluster, since=since_onset(incident.onset))})
+            findings = await self._explained(cluster, analyze(cluster, since=since_onset(incident.onset)))
+            data = data.model_copy(update={"findings": findings})
         return data.model_copy(update={"unread": unread}) if unread else data
+
+    async def _explained(self, cluster: Cluster, findings: list[KubeFinding]) -> list[KubeFinding]:
+        """The findings, each crash loop with what its containers' last lines say stops them."""
+        looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
+        if self._last_words is None or not looping:
+            return findings
+        words = {}
+        for component in looping:
+            exiting = frozenset(
+                c.name
+                for p in cluster.pods
+                if p.service == component
+                for c in p.containers
+                if c.restarts or c.state != "running"
+            )
+            words[component] = await self._last_words(component, exiting)
+        return explain_exits(findings, words)
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()
@@ -118,10 +145,33 @@ def replay_kubernetes(recording: Recording) -> tuple[KubernetesState | None, Rec
     with the rollout history of its objects among its changes (a change recorded both ways once)."""
     if "kubernetes" not in recording.present:
         return None, recording
-    state = KubernetesState(RecordedObjects(recording.kubernetes), now=lambda: recording.window.end)
+    state = KubernetesState(
+        RecordedObjects(recording.kubernetes),
+        now=lambda: recording.window.end,
+        last_words=recorded_last_words(recording),
+    )
     known = {c.id for c in recording.changes}
     rollouts = [c for c in rollout_changes(Cluster(recording.kubernetes)) if c.id not in known]
     return state, recording.model_copy(update={"changes": [*recording.changes, *rollouts]})
+
+
+def recorded_last_words(recording: Recording) -> LastWords:
+    """A recording's logs as the last lines each service's containers wrote: the logs were captured with
+    the objects, so all of them (a crashed container's lines may be stamped when they were collected,
+    past the window). A line that names its container is kept only for the containers asked about:
+    a sidecar's complaints are not the application's last words."""
+    by_service: dict[str, list[tuple[datetime, str, str | None]]] = defaultdict(list)
+    for r in recording.logs:
+        container = (r.model_extra or {}).get("container")
+        by_service[r.service].append((r.ts, r.message, container if isinstance(container, str) else None))
+    for lines in by_service.values():
+        lines.sort(key=lambda line: line[0])
+
+    async def last_words(service: str, containers: frozenset[str]) -> list[str]:
+        said = [m for _, m, c in by_service.get(service, []) if c is None or not containers or c in containers]
+        return said[-LAST_LINES:]
+
+    return last_words
 
 
 class RolloutChanges:

@@ -26,11 +26,11 @@ from kr8s.asyncio.objects import Pod
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
 from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
-from adapters.kubesource import READ, KubernetesState, RolloutChanges, replay_kubernetes
+from adapters.kubesource import READ, KubernetesState, RolloutChanges, recorded_last_words, replay_kubernetes
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import AnswerTooLarge, NotReadOnly, SourceAuthFailed
 from opsagent.features import profiles_from
-from opsagent.fixtures import KubeObject, load
+from opsagent.fixtures import KubeObject, LogRecord, load
 from opsagent.incident import open_incident
 from opsagent.kubestate import Cluster, pods_view, rollout_changes
 from opsagent.models import Action, ErrorData, KubernetesData, Observation, SourceKind
@@ -697,3 +697,28 @@ def test_one_callers_timeout_does_not_cancel_the_shared_read_for_the_others(reco
     data, later, reads = asyncio.run(go())
     assert data.pods and reads == len(READ)  # one read of each kind, shared by all three calls
     assert isinstance(later, list)
+
+
+def test_a_recordings_last_words_are_the_containers_own_not_its_sidecars(recorded: Any) -> None:
+    """What a crash-looping container said before it exited, from a recording's logs: the service's
+    last lines in time order, a sidecar's lines left out, lines stamped after the window kept (a
+    crashed container's lines may be stamped when they were collected)."""
+    recording, _ = recorded
+    end = recording.window.end
+
+    def line(minutes: float, message: str, **extra: str) -> LogRecord:
+        ts = end + dt.timedelta(minutes=minutes)
+        return LogRecord.model_validate(
+            {"ts": ts, "service": "cart-service", "level": "ERROR", "message": message, **extra}
+        )
+
+    logs = [
+        line(0.5, "UnknownHostException: cart-db"),
+        line(-2, "starting"),
+        line(-1, "upstream connect error: connection refused", container="istio-proxy"),
+        line(-1, "Access denied for user 'cart'", container="cart"),
+    ]
+    words = recorded_last_words(recording.model_copy(update={"logs": logs}))
+    said = asyncio.run(words("cart-service", frozenset({"cart"})))
+    assert said == ["starting", "Access denied for user 'cart'", "UnknownHostException: cart-db"]
+    assert asyncio.run(words("nobody", frozenset())) == []

@@ -17,11 +17,12 @@ become ``kube:<sign>`` features (:mod:`opsagent.features`) and ranking weighs th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from opsagent.kubestate import Cluster
+from opsagent.logsummary import families_of
 from opsagent.models import KubeEvent, KubeFinding, NodeState, PodState
 
 #: The workload kinds whose desired and ready replicas are compared.
@@ -45,6 +46,16 @@ POD_CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("image_pull", "image_pull_failure", ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")),
     ("oom_killed", "oom_kill", ("OOMKilled",)),
     ("crash_loop", "crash_loop", ("CrashLoopBackOff", "RunContainerError", "CreateContainerError", "StartError")),
+)
+
+#: What a crash-looping container's last lines say stops it, most specific first, with the kind that
+#: names the fault: a host name it cannot resolve, credentials its backend refuses, or an address its
+#: configuration gives that refuses the connection (a setting is wrong, not the code). A container
+#: whose last lines name none of these keeps ``crash_loop``. Keyword families: :mod:`opsagent.logsummary`.
+EXIT_CAUSES: tuple[tuple[str, str], ...] = (
+    ("dns", "dns_failure"),
+    ("auth", "config_change"),
+    ("refused", "config_change"),
 )
 
 Analyzer = Callable[[Cluster, datetime], list[KubeFinding]]
@@ -274,4 +285,37 @@ def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
             if (f.object, f.sign) not in seen:
                 seen.add((f.object, f.sign))
                 out.append(f)
+    return out
+
+
+def exit_cause(lines: Sequence[str]) -> tuple[str, str, str] | None:
+    """(family, kind, the line that says it) for the most specific cause a crash-looping container's
+    last lines name, or None where they name none."""
+    said = [(line, set(families_of(line))) for line in lines]
+    for family, kind in EXIT_CAUSES:
+        line = next((line for line, families in said if family in families), None)
+        if line is not None:
+            return family, kind, line
+    return None
+
+
+def explain_exits(findings: Sequence[KubeFinding], last_words: Mapping[str, Sequence[str]]) -> list[KubeFinding]:
+    """Each crash-looping workload's finding, pointing to what its containers' last lines say stops
+    them where they say it (``last_words``: the last lines per component): the object shows *that*
+    the container exits, its log shows *why*."""
+    out = []
+    for f in findings:
+        cause = exit_cause(last_words.get(f.component, ())) if f.kind == "crash_loop" else None
+        if cause is not None:
+            family, kind, line = cause
+            said = " ".join(line.split())[:200]
+            f = f.model_copy(
+                update={
+                    "sign": f"exits_on_{family}",
+                    "kind": kind,
+                    "why": f"{f.why}; its log says ({family}): {said}",
+                    "field": f"{f.field}, container log",
+                }
+            )
+        out.append(f)
     return out
