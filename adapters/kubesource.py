@@ -25,7 +25,17 @@ from opsagent.models import Incident, KubeFinding, KubernetesData
 log = structlog.get_logger("opsagent.adapters")
 
 #: The kinds read for one investigation; pods are required, the rest make it better.
-READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "StatefulSet", "Rollout")
+READ: tuple[KubeKind, ...] = (
+    "Pod",
+    "Event",
+    "Node",
+    "ReplicaSet",
+    "Deployment",
+    "StatefulSet",
+    "Rollout",
+    "Service",
+    "Endpoints",
+)
 #: How many of a crash-looping container's last lines are read to say why it exits.
 LAST_LINES = 200
 

@@ -546,7 +546,7 @@ def test_doctor_names_the_kinds_the_credentials_may_list_and_those_it_may_not(re
         config = KubernetesConfig(name="prod", auth="kubeconfig", kubeconfig=kubeconfig, namespaces=["prod"])
         health = asyncio.run(check(config, environ={}))
     assert health.reachable and not health.ok
-    assert health.readable == ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "Rollout"]
+    assert health.readable == ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "Rollout", "Service", "Endpoints"]
     refused = [p for p in health.problems if p.startswith("cannot list")]
     assert [p.split(":")[0] for p in refused] == ["cannot list Event", "cannot list Node"]
     assert all("403" in p for p in refused)
@@ -611,9 +611,9 @@ def test_a_list_that_never_ends_stops_at_the_page_cap_and_is_named_as_read_in_pa
 
     data = asyncio.run(go())
     lists = [r for r in fake.requests if "/version" not in r.url.path]
-    # six kinds (pods, events, nodes, Deployments, ReplicaSets, StatefulSets; rollouts are not
-    # installed), five pages each, and not one request more
-    assert len(lists) == 6 * 5 + 1, len(lists)
+    # eight kinds (pods, events, nodes, Deployments, ReplicaSets, StatefulSets, Services, Endpoints;
+    # rollouts are not installed), five pages each, and not one request more
+    assert len(lists) == 8 * 5 + 1, len(lists)
     assert data.pods  # what the first pages held is still used
     pods_unread = [u for u in data.unread if u.startswith("Pod:")]
     assert pods_unread and "stopped at 5 pages" in pods_unread[0] and "had not ended" in pods_unread[0]
@@ -722,3 +722,29 @@ def test_a_recordings_last_words_are_the_containers_own_not_its_sidecars(recorde
     said = asyncio.run(words("cart-service", frozenset({"cart"})))
     assert said == ["starting", "Access denied for user 'cart'", "UnknownHostException: cart-db"]
     assert asyncio.run(words("nobody", frozenset())) == []
+
+
+def test_a_live_read_names_a_service_that_routes_to_no_pod(recorded: Any, kubeconfig: Path) -> None:
+    """Services and Endpoints are read from the API server beside the pods (a recording may lack
+    them): a Service whose selector matches no pod is the broken object, with the field that shows
+    it, though every pod is running and ready."""
+    recording, _ = recorded
+    clusters = yaml.safe_load((Path(__file__).parent / "data" / "kube" / "clusters.yaml").read_text())
+    fake = FakeCluster([KubeObject.model_validate(o) for o in clusters["service_selector"]])
+
+    async def go() -> KubernetesData:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            reader = _reader(kubeconfig)
+            try:
+                return await KubernetesState(reader).pods(incident=_incident(recording), service=None)
+            finally:
+                await reader.aclose()
+
+    data = asyncio.run(go())
+    assert [(f.object, f.sign, f.field) for f in data.findings] == [
+        ("Service/shop/cart", "selector_matches_nothing", "spec.selector")
+    ]
+    paths = {r.url.path for r in fake.requests}
+    assert "/api/v1/services" in paths and "/api/v1/endpoints" in paths
+    assert all(r.method == "GET" for r in fake.requests) and not data.unread

@@ -116,6 +116,31 @@ def test_last_lines_that_name_no_cause_leave_the_crash_loop_and_other_findings_a
     assert explain_exits(quota, {"shop": ["Access denied"], "cart": ["Access denied"]}) == quota
 
 
+def test_a_service_whose_selector_matches_no_pod_is_the_broken_object() -> None:
+    (f,) = findings("service_selector")
+    assert (f.component, f.component_type, f.object) == ("cart", "service", "Service/shop/cart")
+    assert (f.sign, f.kind, f.field, f.affects) == (
+        "selector_matches_nothing",
+        "config_change",
+        "spec.selector",
+        ["cart"],
+    )
+    assert "app=carts" in f.why
+
+
+def test_a_service_sending_to_a_port_or_protocol_its_pods_do_not_serve_is_named_with_the_field() -> None:
+    found = {f.component: f for f in findings("service_ports")}
+    assert (found["cart"].sign, found["cart"].field) == ("target_port_not_exposed", "spec.ports[0].targetPort")
+    assert "8081" in found["cart"].why and "8080" in found["cart"].why
+    assert (found["orders"].sign, found["orders"].field) == ("protocol_mismatch", "spec.ports[0].protocol")
+    assert {f.kind for f in found.values()} == {"config_change"}
+
+
+def test_a_service_whose_pods_are_missing_for_its_workloads_reason_is_not_a_finding_of_its_own() -> None:
+    found = findings("service_of_parked_workload")
+    assert [(f.object, f.sign) for f in found] == [("Deployment/shop/pricing", "scaled_to_zero")]
+
+
 def test_a_healthy_cluster_and_an_event_about_no_object_give_no_finding() -> None:
     assert findings("healthy") == []
 

@@ -3,7 +3,9 @@
 Most faults an SRE meets on Kubernetes are not slow code but an object that says it is broken: a
 Deployment with fewer ready replicas than it asks for, a ReplicaSet whose pods the API refuses
 (a namespace quota, a missing ServiceAccount), a Deployment scaled to zero, a pod no scheduler has
-looked at, a node whose kubelet stopped reporting. Each analyzer is a plain function over one read
+looked at, a node whose kubelet stopped reporting, a Service whose selector matches no pod. A crash
+loop is named by what the container's last log lines say stops it, where they say (a name that does
+not resolve, refused credentials): :func:`explain_exits`. Each analyzer is a plain function over one read
 of the cluster (:class:`opsagent.kubestate.Cluster`) returning findings
 (:class:`opsagent.models.KubeFinding`): the broken object, what kind of component it is (a
 workload, a node, a namespace), the field or event that shows it, the fault kind it points to and
@@ -244,6 +246,95 @@ def scaled_to_zero(cluster: Cluster, since: datetime) -> list[KubeFinding]:
     return out
 
 
+def misrouted_services(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Services that route to nothing their pods serve: a selector that matches no pod (while no
+    workload's pod template carries those labels either, so no missing pod explains it), a target port
+    that no selected pod's containers declare, or a protocol they do not declare on that port. The
+    pods may be healthy; the Service object is what broke, and every caller of it fails."""
+    out = []
+    for svc in cluster.of("Service"):
+        selector = svc.spec.get("selector")
+        if not isinstance(selector, dict) or not selector or svc.spec.get("type") == "ExternalName":
+            continue  # no selector: its endpoints are kept by hand, or it names a host outside
+        chosen = [p for p in cluster.of("Pod") if p.namespace == svc.namespace and _selects(selector, p)]
+        ref = _ref("Service", svc.namespace, svc.name)
+        if not chosen:
+            if any(
+                _selects(selector, w, template=True)
+                for kind in (*WORKLOADS, "DaemonSet")
+                for w in cluster.of(kind)
+                if w.namespace == svc.namespace
+            ):
+                continue  # its workload would run matching pods: why they are missing is the workload's finding
+            wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            problem = (
+                "selector_matches_nothing",
+                f"{ref} selects {wanted}, and no pod has those labels",
+                "spec.selector",
+            )
+        else:
+            found = _port_problem(svc.spec.get("ports") or [], chosen)
+            if found is None:
+                continue
+            problem = (found[0], f"{ref} {found[1]}", found[2])
+        sign, why, field = problem
+        out.append(
+            KubeFinding(
+                component=svc.name,
+                component_type="service",
+                object=ref,
+                sign=sign,
+                kind="config_change",
+                why=why,
+                field=field,
+                affects=[svc.name],
+            )
+        )
+    return out
+
+
+def _selects(selector: Mapping[str, Any], obj: Any, *, template: bool = False) -> bool:
+    """Whether the object's labels (a workload's pod template's, with ``template``) carry the selector's."""
+    if template:
+        meta = (obj.spec.get("template") or {}).get("metadata") or {}
+        labels = meta.get("labels") or {}
+    else:
+        labels = obj.metadata.labels
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _port_problem(ports: Sequence[Any], pods: Sequence[Any]) -> tuple[str, str, str] | None:
+    """(sign, why, field) for the first Service port the selected pods' containers do not serve as
+    declared; None when they do, or when they declare no port at all (nothing to compare with)."""
+    declared = [
+        (cp.get("containerPort"), cp.get("name"), cp.get("protocol") or "TCP")
+        for pod in pods
+        for c in pod.spec.get("containers") or []
+        for cp in c.get("ports") or []
+        if isinstance(cp, dict)
+    ]
+    if not declared:
+        return None
+    for i, port in enumerate(p for p in ports if isinstance(p, dict)):
+        target = port.get("targetPort", port.get("port"))
+        protocol = port.get("protocol") or "TCP"
+        served = [d for d in declared if target in (d[0], d[1])]
+        if not served:
+            listed = ", ".join(sorted({str(d[0]) for d in declared}))
+            return (
+                "target_port_not_exposed",
+                f"targets port {target}, and its pods declare {listed}",
+                f"spec.ports[{i}].targetPort",
+            )
+        if all(d[2] != protocol for d in served):
+            return (
+                "protocol_mismatch",
+                f"sends {protocol} to port {target}, and its pods serve {served[0][2]} there",
+                f"spec.ports[{i}].protocol",
+            )
+    return None
+
+
 def nodes_not_ready(cluster: Cluster, since: datetime) -> list[KubeFinding]:
     """Nodes whose Ready condition is not True: their kubelet or container runtime stopped, and every
     pod on them with it."""
@@ -273,7 +364,7 @@ def _not_ready(node: NodeState) -> bool:
 
 
 #: Every analyzer, run in order over one read of the cluster.
-ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, nodes_not_ready)
+ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, misrouted_services, nodes_not_ready)
 
 
 def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
