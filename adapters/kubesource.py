@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from adapters.protocols import KubernetesReader
+from adapters.protocols import KubernetesReader, LogsReader
+from adapters.readers import LogQuery
 from opsagent.analysis.kube import analyze, explain_exits
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
-from opsagent.models import Incident, KubeFinding, KubernetesData
+from opsagent.models import Incident, KubeFinding, KubernetesData, TimeRange
 
 log = structlog.get_logger("opsagent.adapters")
 
@@ -36,12 +37,14 @@ READ: tuple[KubeKind, ...] = (
     "Service",
     "Endpoints",
 )
-#: How many of a crash-looping container's last lines are read to say why it exits.
+#: How many of a crash-looping container's last lines are read to say why it exits, and how far back
+#: a live logs source is asked for them.
 LAST_LINES = 200
+LAST_WORDS_LOOKBACK = timedelta(minutes=30)
 
-#: The last lines the named containers of a service's pods wrote (oldest first): what a crash-looping
-#: container said before it exited (``kubectl logs --previous``, or a recording's logs).
-LastWords = Callable[[str, frozenset[str]], Awaitable[list[str]]]
+#: The last lines the named containers of a service's pods wrote up to a time (oldest first): what a
+#: crash-looping container said before it exited (from a logs source, or a recording's logs).
+LastWords = Callable[[str, frozenset[str], datetime], Awaitable[list[str]]]
 
 
 class RecordedObjects:
@@ -136,7 +139,7 @@ class KubernetesState:
                 for c in p.containers
                 if c.restarts or c.state != "running"
             )
-            words[component] = await self._last_words(component, exiting)
+            words[component] = await self._last_words(component, exiting, self._now())
         return explain_exits(findings, words)
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
@@ -177,11 +180,44 @@ def recorded_last_words(recording: Recording) -> LastWords:
     for lines in by_service.values():
         lines.sort(key=lambda line: line[0])
 
-    async def last_words(service: str, containers: frozenset[str]) -> list[str]:
-        said = [m for _, m, c in by_service.get(service, []) if c is None or not containers or c in containers]
-        return said[-LAST_LINES:]
+    async def last_words(service: str, containers: frozenset[str], until: datetime) -> list[str]:
+        return _kept(by_service.get(service, []), containers)
 
     return last_words
+
+
+def live_last_words(reader: LogsReader) -> LastWords:
+    """A live logs source's lines of a service from LAST_WORDS_LOOKBACK before the read until it, as
+    a crash-looping container's last words (the cluster is not asked: its log subresource stays
+    outside the read-only guard). A logs source that fails leaves the crash loop unexplained, never
+    the cluster's read failed."""
+
+    async def last_words(service: str, containers: frozenset[str], until: datetime) -> list[str]:
+        half = LAST_WORDS_LOOKBACK / 2
+        query = LogQuery(
+            service=service,
+            text=None,
+            baseline=TimeRange(start=until - LAST_WORDS_LOOKBACK, end=until - half),
+            window=TimeRange(start=until - half, end=until),
+        )
+        try:
+            batch = await reader.records(query=query)
+        except SourceError as exc:
+            log.warning("adapter.partial", source=reader.name, kind="last words", error=str(exc))
+            return []
+        lines = []
+        for r in batch.records:
+            container = (r.model_extra or {}).get("container")
+            lines.append((r.ts, r.message, container if isinstance(container, str) else None))
+        return _kept(sorted(lines, key=lambda line: line[0]), containers)
+
+    return last_words
+
+
+def _kept(lines: Sequence[tuple[datetime, str, str | None]], containers: frozenset[str]) -> list[str]:
+    """The last LAST_LINES messages, a line that names its container kept only for those asked about."""
+    said = [m for _, m, c in lines if c is None or not containers or c in containers]
+    return said[-LAST_LINES:]
 
 
 class RolloutChanges:

@@ -719,9 +719,9 @@ def test_a_recordings_last_words_are_the_containers_own_not_its_sidecars(recorde
         line(-1, "Access denied for user 'cart'", container="cart"),
     ]
     words = recorded_last_words(recording.model_copy(update={"logs": logs}))
-    said = asyncio.run(words("cart-service", frozenset({"cart"})))
+    said = asyncio.run(words("cart-service", frozenset({"cart"}), end))
     assert said == ["starting", "Access denied for user 'cart'", "UnknownHostException: cart-db"]
-    assert asyncio.run(words("nobody", frozenset())) == []
+    assert asyncio.run(words("nobody", frozenset(), end)) == []
 
 
 def test_a_live_read_names_a_service_that_routes_to_no_pod(recorded: Any, kubeconfig: Path) -> None:
@@ -748,3 +748,63 @@ def test_a_live_read_names_a_service_that_routes_to_no_pod(recorded: Any, kubeco
     paths = {r.url.path for r in fake.requests}
     assert "/api/v1/services" in paths and "/api/v1/endpoints" in paths
     assert all(r.method == "GET" for r in fake.requests) and not data.unread
+
+
+class _Logs:
+    """A logs source answering with fixed lines, keeping the queries it was asked."""
+
+    name = "logs:test"
+
+    def __init__(self, lines: list[LogRecord], *, fail: bool = False) -> None:
+        self.lines, self.fail = lines, fail
+        self.queries: list[Any] = []
+
+    async def records(self, *, query: Any) -> Any:
+        from adapters.readers import LogBatch
+        from opsagent.errors import SourceUnavailable
+
+        self.queries.append(query)
+        if self.fail:
+            raise SourceUnavailable("logs down", source=self.name)
+        return LogBatch(records=self.lines, complete=True)
+
+
+def test_a_live_crash_loop_is_named_by_its_containers_last_lines_from_the_logs_source(
+    recorded: Any, kubeconfig: Path
+) -> None:
+    """Live, a crash-looping workload's last words come from the logs source (the cluster's log
+    subresource stays outside the read-only guard): a name that does not resolve makes it a DNS
+    fault; a logs source that fails leaves it a crash loop, and the cluster's read stands."""
+    from adapters.kubesource import live_last_words
+
+    recording, _ = recorded
+    clusters = yaml.safe_load((Path(__file__).parent / "data" / "kube" / "clusters.yaml").read_text())
+    fake = FakeCluster([KubeObject.model_validate(o) for o in clusters["crash_loop"]])
+    read_at = dt.datetime(2026, 5, 4, 10, 15, tzinfo=dt.UTC)
+    said = [
+        LogRecord.model_validate(
+            {"ts": read_at - dt.timedelta(minutes=1), "service": "cart", "level": "ERROR", "message": m}
+        )
+        for m in ("starting", "java.net.UnknownHostException: cart-db: Name or service not known")
+    ]
+
+    def read(logs: _Logs) -> KubernetesData:
+        async def go() -> KubernetesData:
+            with respx.mock(assert_all_called=False) as router:
+                fake.install(router, SERVER)
+                reader = _reader(kubeconfig)
+                state = KubernetesState(reader, now=lambda: read_at, last_words=live_last_words(logs))
+                try:
+                    return await state.pods(incident=_incident(recording), service=None)
+                finally:
+                    await reader.aclose()
+
+        return asyncio.run(go())
+
+    logs = _Logs(said)
+    (f,) = read(logs).findings
+    assert (f.component, f.sign, f.kind) == ("cart", "exits_on_dns", "dns_failure")
+    (query,) = logs.queries
+    assert query.service == "cart" and query.window.end == read_at
+    (down,) = read(_Logs(said, fail=True)).findings
+    assert (down.sign, down.kind) == ("unavailable", "crash_loop")
