@@ -141,6 +141,13 @@ def test_a_service_whose_pods_are_missing_for_its_workloads_reason_is_not_a_find
     assert [(f.object, f.sign) for f in found] == [("Deployment/shop/pricing", "scaled_to_zero")]
 
 
+def test_a_container_whose_init_the_runtime_oom_kills_is_an_oom_kill_not_a_crash_loop() -> None:
+    """The runtime's Failed (or FailedCreatePodSandBox) event says the container's init was OOM-killed."""
+    (f,) = findings("oom_at_start")
+    assert (f.component, f.kind, f.field) == ("web", "oom_kill", "events[Failed].message")
+    assert "OOM-killed" in f.why
+
+
 def test_a_healthy_cluster_and_an_event_about_no_object_give_no_finding() -> None:
     assert findings("healthy") == []
 

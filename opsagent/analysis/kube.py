@@ -81,11 +81,22 @@ def _events(cluster: Cluster, service: str, reason: str, since: datetime) -> lis
     ]
 
 
-def _pod_cause(pods: Sequence[PodState], kills: Sequence[KubeEvent]) -> tuple[str, str, str, str] | None:
+def _pod_cause(
+    pods: Sequence[PodState], kills: Sequence[KubeEvent], ooms: Sequence[KubeEvent] = ()
+) -> tuple[str, str, str, str] | None:
     """What the workload's pods say stops them: (sign, kind, why, field). Containers the kubelet
-    killed because a probe failed restart like a crash loop, but the probe is what broke."""
+    killed because a probe failed restart like a crash loop, but the probe is what broke; and a
+    container whose init the runtime OOM-killed (a ``Failed`` or ``FailedCreatePodSandBox`` event)
+    is an OOM kill, whether it loops or waits in ContainerCreating."""
     if kills:
         return "probe_kills", "probe_failure", f"{kills[0].object}: {kills[0].message[:160]}", "events[Killing].message"
+    if ooms:
+        return (
+            "oom_killed",
+            "oom_kill",
+            f"{ooms[0].object}: {ooms[0].message[:200]}",
+            f"events[{ooms[0].reason}].message",
+        )
     for sign, kind, reasons in POD_CAUSES:
         for p in pods:
             for c in p.containers:
@@ -173,7 +184,13 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                 out.extend(_scheduler_silent(cluster, lost, ref, unplaced))
                 continue
             kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
-            cause = _pod_cause(pods, kills)
+            ooms = [
+                e
+                for reason in ("Failed", "FailedCreatePodSandBox")
+                for e in _events(cluster, service, reason, since)
+                if "oom" in families_of(e.message)
+            ]
+            cause = _pod_cause(pods, kills, ooms)
             sign, fault, why, field = cause or ("unavailable", "unknown", "no pod says why", "status.readyReplicas")
             out.append(
                 KubeFinding(
