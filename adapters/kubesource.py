@@ -130,17 +130,11 @@ class KubernetesState:
         looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
         if self._last_words is None or not looping:
             return findings
-        words = {}
-        for component in looping:
-            exiting = frozenset(
-                c.name
-                for p in cluster.pods
-                if p.service == component
-                for c in p.containers
-                if c.restarts or c.state != "running"
-            )
-            words[component] = await self._last_words(component, exiting, self._now())
-        return explain_exits(findings, words)
+        at = self._now()
+        said = await asyncio.gather(
+            *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
+        )
+        return explain_exits(findings, dict(zip(looping, said, strict=True)))
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()
@@ -151,6 +145,18 @@ class KubernetesState:
         cluster, at, unread = await self.cluster()
         data = nodes_view(cluster, service=service, read_at=at)
         return data.model_copy(update={"unread": unread}) if unread else data
+
+
+def _exiting(cluster: Cluster, component: str) -> frozenset[str]:
+    """The containers of the component's pods that restarted or are not running: the ones whose last
+    lines say why they exit (a sidecar that runs on is not asked)."""
+    return frozenset(
+        c.name
+        for p in cluster.pods
+        if p.service == component
+        for c in p.containers
+        if c.restarts or c.state != "running"
+    )
 
 
 def replay_kubernetes(recording: Recording) -> tuple[KubernetesState | None, Recording]:
