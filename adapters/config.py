@@ -21,7 +21,7 @@ from adapters.changes_http import HttpChangesReader
 from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader
 from adapters.kubernetes import KubernetesReader, open_api
-from adapters.kubesource import KubernetesState, RolloutChanges
+from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
 from adapters.live import (
     ChangesFanOut,
     KubernetesFanOut,
@@ -303,7 +303,14 @@ def open_live_sources(
     traces: Sequence[TracesReader] = by_kind["traces"]
     kube: Sequence[KubeReader] = by_kind["kubernetes"]
     state = (
-        KubernetesState(kube[0] if len(kube) == 1 else KubernetesFanOut(kube), service_labels=labels) if kube else None
+        KubernetesState(
+            kube[0] if len(kube) == 1 else KubernetesFanOut(kube),
+            service_labels=labels,
+            # a crash loop is explained by its containers' last lines, read from the logs source
+            last_words=live_last_words(logs[0] if len(logs) == 1 else LogsFanOut(logs)) if logs else None,
+        )
+        if kube
+        else None
     )
     if state is not None:  # the clusters' rollout history is a change source beside the others
         changes = [*changes, RolloutChanges(state)]

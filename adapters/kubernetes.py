@@ -1,4 +1,4 @@
-"""Kubernetes, read-only: pods, events, nodes, Deployments, ReplicaSets and Argo Rollouts.
+"""Kubernetes, read-only: pods, events, nodes, Services and Endpoints, Deployments, ReplicaSets and Argo Rollouts.
 
 The client is kr8s (async, on httpx; lightkube 1.x moved to the httpx2 fork, which respx cannot
 serve in tests). kr8s does what is hard to get right by hand: kubeconfig contexts, exec credential
@@ -33,7 +33,19 @@ import httpx
 import kr8s
 import kr8s.asyncio
 import structlog
-from kr8s.asyncio.objects import APIObject, DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, StatefulSet, new_class
+from kr8s.asyncio.objects import (
+    APIObject,
+    DaemonSet,
+    Deployment,
+    Endpoints,
+    Event,
+    Node,
+    Pod,
+    ReplicaSet,
+    Service,
+    StatefulSet,
+    new_class,
+)
 
 from adapters.boundary import (
     HTTPX_ERRORS,
@@ -70,6 +82,8 @@ CLASSES: dict[KubeKind, type[APIObject]] = {
     "StatefulSet": StatefulSet,
     "DaemonSet": DaemonSet,
     "Rollout": Rollout,
+    "Service": Service,
+    "Endpoints": Endpoints,
 }
 
 _NS = r"(?:/namespaces/[a-z0-9][-a-z0-9.]*)?"
@@ -78,7 +92,7 @@ _NAME = r"(?:/[a-z0-9][-a-z0-9.]*)?"
 #: kinds above. No subresource (exec, attach, portforward, proxy, log, status…), no secrets.
 READABLE = re.compile(
     r"^/(?:version|api|apis|apis/[a-z0-9.-]+(?:/v[0-9a-z]+)?"
-    rf"|api/v1{_NS}/(?:pods|events){_NAME}"
+    rf"|api/v1{_NS}/(?:pods|events|services|endpoints){_NAME}"
     rf"|api/v1/nodes{_NAME}"
     rf"|apis/apps/v1{_NS}/(?:deployments|replicasets|statefulsets|daemonsets){_NAME}"
     rf"|apis/events\.k8s\.io/v1{_NS}/events{_NAME}"

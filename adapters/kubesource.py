@@ -9,22 +9,42 @@ This module imports no client, so replaying a recording never loads one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from adapters.protocols import KubernetesReader
-from opsagent.analysis.kube import analyze
+from adapters.protocols import KubernetesReader, LogsReader
+from adapters.readers import LogQuery
+from opsagent.analysis.kube import analyze, explain_exits
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
-from opsagent.models import Incident, KubernetesData
+from opsagent.models import Incident, KubeFinding, KubernetesData, TimeRange
 
 log = structlog.get_logger("opsagent.adapters")
 
 #: The kinds read for one investigation; pods are required, the rest make it better.
-READ: tuple[KubeKind, ...] = ("Pod", "Event", "Node", "ReplicaSet", "Deployment", "StatefulSet", "Rollout")
+READ: tuple[KubeKind, ...] = (
+    "Pod",
+    "Event",
+    "Node",
+    "ReplicaSet",
+    "Deployment",
+    "StatefulSet",
+    "Rollout",
+    "Service",
+    "Endpoints",
+)
+#: How many of a crash-looping container's last lines are read to say why it exits, and how far back
+#: a live logs source is asked for them.
+LAST_LINES = 200
+LAST_WORDS_LOOKBACK = timedelta(minutes=30)
+
+#: The last lines the named containers of a service's pods wrote up to a time (oldest first): what a
+#: crash-looping container said before it exited (from a logs source, or a recording's logs).
+LastWords = Callable[[str, frozenset[str], datetime], Awaitable[list[str]]]
 
 
 class RecordedObjects:
@@ -58,8 +78,10 @@ class KubernetesState:
         *,
         service_labels: Sequence[str] = SERVICE_LABELS,
         now: Callable[[], datetime] | None = None,
+        last_words: LastWords | None = None,
     ) -> None:
         self.reader = reader
+        self._last_words = last_words
         self.name = reader.name
         self.service_labels = tuple(service_labels)
         self._now = now or (lambda: datetime.now(UTC))
@@ -99,8 +121,20 @@ class KubernetesState:
         cluster, at, unread = await self.cluster()
         data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
         if service is None:  # the whole cluster's read: which objects are broken, and why
-            data = data.model_copy(update={"findings": analyze(cluster, since=since_onset(incident.onset))})
+            findings = await self._explained(cluster, analyze(cluster, since=since_onset(incident.onset)))
+            data = data.model_copy(update={"findings": findings})
         return data.model_copy(update={"unread": unread}) if unread else data
+
+    async def _explained(self, cluster: Cluster, findings: list[KubeFinding]) -> list[KubeFinding]:
+        """The findings, each crash loop with what its containers' last lines say stops them."""
+        looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
+        if self._last_words is None or not looping:
+            return findings
+        at = self._now()
+        said = await asyncio.gather(
+            *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
+        )
+        return explain_exits(findings, dict(zip(looping, said, strict=True)))
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()
@@ -113,15 +147,83 @@ class KubernetesState:
         return data.model_copy(update={"unread": unread}) if unread else data
 
 
+def _exiting(cluster: Cluster, component: str) -> frozenset[str]:
+    """The containers of the component's pods that restarted or are not running: the ones whose last
+    lines say why they exit (a sidecar that runs on is not asked)."""
+    return frozenset(
+        c.name
+        for p in cluster.pods
+        if p.service == component
+        for c in p.containers
+        if c.restarts or c.state != "running"
+    )
+
+
 def replay_kubernetes(recording: Recording) -> tuple[KubernetesState | None, Recording]:
     """A recorded incident's Kubernetes source (read as of the end of its window), and the recording
     with the rollout history of its objects among its changes (a change recorded both ways once)."""
     if "kubernetes" not in recording.present:
         return None, recording
-    state = KubernetesState(RecordedObjects(recording.kubernetes), now=lambda: recording.window.end)
+    state = KubernetesState(
+        RecordedObjects(recording.kubernetes),
+        now=lambda: recording.window.end,
+        last_words=recorded_last_words(recording),
+    )
     known = {c.id for c in recording.changes}
     rollouts = [c for c in rollout_changes(Cluster(recording.kubernetes)) if c.id not in known]
     return state, recording.model_copy(update={"changes": [*recording.changes, *rollouts]})
+
+
+def recorded_last_words(recording: Recording) -> LastWords:
+    """A recording's logs as the last lines each service's containers wrote: the logs were captured with
+    the objects, so all of them (a crashed container's lines may be stamped when they were collected,
+    past the window). A line that names its container is kept only for the containers asked about:
+    a sidecar's complaints are not the application's last words."""
+    by_service: dict[str, list[tuple[datetime, str, str | None]]] = defaultdict(list)
+    for r in recording.logs:
+        container = (r.model_extra or {}).get("container")
+        by_service[r.service].append((r.ts, r.message, container if isinstance(container, str) else None))
+    for lines in by_service.values():
+        lines.sort(key=lambda line: line[0])
+
+    async def last_words(service: str, containers: frozenset[str], until: datetime) -> list[str]:
+        return _kept(by_service.get(service, []), containers)
+
+    return last_words
+
+
+def live_last_words(reader: LogsReader) -> LastWords:
+    """A live logs source's lines of a service from LAST_WORDS_LOOKBACK before the read until it, as
+    a crash-looping container's last words (the cluster is not asked: its log subresource stays
+    outside the read-only guard). A logs source that fails leaves the crash loop unexplained, never
+    the cluster's read failed."""
+
+    async def last_words(service: str, containers: frozenset[str], until: datetime) -> list[str]:
+        half = LAST_WORDS_LOOKBACK / 2
+        query = LogQuery(
+            service=service,
+            text=None,
+            baseline=TimeRange(start=until - LAST_WORDS_LOOKBACK, end=until - half),
+            window=TimeRange(start=until - half, end=until),
+        )
+        try:
+            batch = await reader.records(query=query)
+        except SourceError as exc:
+            log.warning("adapter.partial", source=reader.name, kind="last words", error=str(exc))
+            return []
+        lines = []
+        for r in batch.records:
+            container = (r.model_extra or {}).get("container")
+            lines.append((r.ts, r.message, container if isinstance(container, str) else None))
+        return _kept(sorted(lines, key=lambda line: line[0]), containers)
+
+    return last_words
+
+
+def _kept(lines: Sequence[tuple[datetime, str, str | None]], containers: frozenset[str]) -> list[str]:
+    """The last LAST_LINES messages, a line that names its container kept only for those asked about."""
+    said = [m for _, m, c in lines if c is None or not containers or c in containers]
+    return said[-LAST_LINES:]
 
 
 class RolloutChanges:

@@ -265,7 +265,9 @@ class Span(BaseModel):
 
 
 #: The Kubernetes kinds a recording (and the live reader) holds.
-KubeKind = Literal["Pod", "Event", "Node", "Deployment", "ReplicaSet", "Rollout", "StatefulSet", "DaemonSet"]
+KubeKind = Literal[
+    "Pod", "Event", "Node", "Deployment", "ReplicaSet", "Rollout", "StatefulSet", "DaemonSet", "Service", "Endpoints"
+]
 KUBE_KINDS: tuple[KubeKind, ...] = get_args(KubeKind)
 
 

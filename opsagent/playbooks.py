@@ -249,6 +249,12 @@ class Applies(BaseModel):
     symptoms: list[Symptom] = Field(default_factory=list, description="empty: any symptom")
     requires: list[str] = Field(default_factory=list, description="feature patterns that must all be present")
     requires_any: list[str] = Field(default_factory=list, description="at least one must be present")
+    unless: list[str] = Field(
+        default_factory=list,
+        description="feature patterns that name a more specific cause of what this playbook covers: with any "
+        "present, it does not apply (a container that exits on a name it cannot resolve is a DNS fault, not a "
+        "crash loop)",
+    )
     indicators: dict[str, float] = Field(default_factory=dict, description="feature pattern -> weight")
     role: Literal["any", "downstream", "origin"] = Field(
         default="any",
@@ -309,6 +315,8 @@ class Playbook(BaseModel):
         if not all(_present(pattern, features) for pattern in self.applies.requires):
             return None
         if self.applies.requires_any and not any(_present(p, features) for p in self.applies.requires_any):
+            return None
+        if any(_present(p, features) for p in self.applies.unless):
             return None
         total = sum(self.applies.indicators.values()) or 1.0
         hit = sum(w for p, w in self.applies.indicators.items() if _present(p, features))

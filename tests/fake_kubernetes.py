@@ -8,7 +8,7 @@ Shapes, from the Kubernetes API reference and API concepts:
 * errors: a ``Status`` object ``{"kind": "Status", "status": "Failure", "message", "reason", "code"}``
   (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/status/);
 * ``GET /version``: ``{"major", "minor", "gitVersion", …}``.
-Paths: ``/api/v1[/namespaces/NS]/pods|events``, ``/api/v1/nodes``, ``/apis/apps/v1[/namespaces/NS]/deployments|
+Paths: ``/api/v1[/namespaces/NS]/pods|events|services|endpoints``, ``/api/v1/nodes``, ``/apis/apps/v1[/namespaces/NS]/deployments|
 replicasets``, ``/apis/argoproj.io/v1alpha1[/namespaces/NS]/rollouts``.
 """
 
@@ -33,6 +33,8 @@ PLURAL = {
     "statefulsets": ("StatefulSet", "apps/v1"),
     "daemonsets": ("DaemonSet", "apps/v1"),
     "rollouts": ("Rollout", "argoproj.io/v1alpha1"),
+    "services": ("Service", "v1"),
+    "endpoints": ("Endpoints", "v1"),
 }
 _LIST = re.compile(
     r"^/(?:api/v1|apis/apps/v1|apis/argoproj\.io/v1alpha1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"

@@ -26,11 +26,11 @@ from kr8s.asyncio.objects import Pod
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
 from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
-from adapters.kubesource import READ, KubernetesState, RolloutChanges, replay_kubernetes
+from adapters.kubesource import READ, KubernetesState, RolloutChanges, recorded_last_words, replay_kubernetes
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import AnswerTooLarge, NotReadOnly, SourceAuthFailed
 from opsagent.features import profiles_from
-from opsagent.fixtures import KubeObject, load
+from opsagent.fixtures import KubeObject, LogRecord, load
 from opsagent.incident import open_incident
 from opsagent.kubestate import Cluster, pods_view, rollout_changes
 from opsagent.models import Action, ErrorData, KubernetesData, Observation, SourceKind
@@ -546,7 +546,7 @@ def test_doctor_names_the_kinds_the_credentials_may_list_and_those_it_may_not(re
         config = KubernetesConfig(name="prod", auth="kubeconfig", kubeconfig=kubeconfig, namespaces=["prod"])
         health = asyncio.run(check(config, environ={}))
     assert health.reachable and not health.ok
-    assert health.readable == ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "Rollout"]
+    assert health.readable == ["Pod", "ReplicaSet", "Deployment", "StatefulSet", "Rollout", "Service", "Endpoints"]
     refused = [p for p in health.problems if p.startswith("cannot list")]
     assert [p.split(":")[0] for p in refused] == ["cannot list Event", "cannot list Node"]
     assert all("403" in p for p in refused)
@@ -611,9 +611,9 @@ def test_a_list_that_never_ends_stops_at_the_page_cap_and_is_named_as_read_in_pa
 
     data = asyncio.run(go())
     lists = [r for r in fake.requests if "/version" not in r.url.path]
-    # six kinds (pods, events, nodes, Deployments, ReplicaSets, StatefulSets; rollouts are not
-    # installed), five pages each, and not one request more
-    assert len(lists) == 6 * 5 + 1, len(lists)
+    # eight kinds (pods, events, nodes, Deployments, ReplicaSets, StatefulSets, Services, Endpoints;
+    # rollouts are not installed), five pages each, and not one request more
+    assert len(lists) == 8 * 5 + 1, len(lists)
     assert data.pods  # what the first pages held is still used
     pods_unread = [u for u in data.unread if u.startswith("Pod:")]
     assert pods_unread and "stopped at 5 pages" in pods_unread[0] and "had not ended" in pods_unread[0]
@@ -697,3 +697,114 @@ def test_one_callers_timeout_does_not_cancel_the_shared_read_for_the_others(reco
     data, later, reads = asyncio.run(go())
     assert data.pods and reads == len(READ)  # one read of each kind, shared by all three calls
     assert isinstance(later, list)
+
+
+def test_a_recordings_last_words_are_the_containers_own_not_its_sidecars(recorded: Any) -> None:
+    """What a crash-looping container said before it exited, from a recording's logs: the service's
+    last lines in time order, a sidecar's lines left out, lines stamped after the window kept (a
+    crashed container's lines may be stamped when they were collected)."""
+    recording, _ = recorded
+    end = recording.window.end
+
+    def line(minutes: float, message: str, **extra: str) -> LogRecord:
+        ts = end + dt.timedelta(minutes=minutes)
+        return LogRecord.model_validate(
+            {"ts": ts, "service": "cart-service", "level": "ERROR", "message": message, **extra}
+        )
+
+    logs = [
+        line(0.5, "UnknownHostException: cart-db"),
+        line(-2, "starting"),
+        line(-1, "upstream connect error: connection refused", container="istio-proxy"),
+        line(-1, "Access denied for user 'cart'", container="cart"),
+    ]
+    words = recorded_last_words(recording.model_copy(update={"logs": logs}))
+    said = asyncio.run(words("cart-service", frozenset({"cart"}), end))
+    assert said == ["starting", "Access denied for user 'cart'", "UnknownHostException: cart-db"]
+    assert asyncio.run(words("nobody", frozenset(), end)) == []
+
+
+def test_a_live_read_names_a_service_that_routes_to_no_pod(recorded: Any, kubeconfig: Path) -> None:
+    """Services and Endpoints are read from the API server beside the pods (a recording may lack
+    them): a Service whose selector matches no pod is the broken object, with the field that shows
+    it, though every pod is running and ready."""
+    recording, _ = recorded
+    clusters = yaml.safe_load((Path(__file__).parent / "data" / "kube" / "clusters.yaml").read_text())
+    fake = FakeCluster([KubeObject.model_validate(o) for o in clusters["service_selector"]])
+
+    async def go() -> KubernetesData:
+        with respx.mock(assert_all_called=False) as router:
+            fake.install(router, SERVER)
+            reader = _reader(kubeconfig)
+            try:
+                return await KubernetesState(reader).pods(incident=_incident(recording), service=None)
+            finally:
+                await reader.aclose()
+
+    data = asyncio.run(go())
+    assert [(f.object, f.sign, f.field) for f in data.findings] == [
+        ("Service/shop/cart", "selector_matches_nothing", "spec.selector")
+    ]
+    paths = {r.url.path for r in fake.requests}
+    assert "/api/v1/services" in paths and "/api/v1/endpoints" in paths
+    assert all(r.method == "GET" for r in fake.requests) and not data.unread
+
+
+class _Logs:
+    """A logs source answering with fixed lines, keeping the queries it was asked."""
+
+    name = "logs:test"
+
+    def __init__(self, lines: list[LogRecord], *, fail: bool = False) -> None:
+        self.lines, self.fail = lines, fail
+        self.queries: list[Any] = []
+
+    async def records(self, *, query: Any) -> Any:
+        from adapters.readers import LogBatch
+        from opsagent.errors import SourceUnavailable
+
+        self.queries.append(query)
+        if self.fail:
+            raise SourceUnavailable("logs down", source=self.name)
+        return LogBatch(records=self.lines, complete=True)
+
+
+def test_a_live_crash_loop_is_named_by_its_containers_last_lines_from_the_logs_source(
+    recorded: Any, kubeconfig: Path
+) -> None:
+    """Live, a crash-looping workload's last words come from the logs source (the cluster's log
+    subresource stays outside the read-only guard): a name that does not resolve makes it a DNS
+    fault; a logs source that fails leaves it a crash loop, and the cluster's read stands."""
+    from adapters.kubesource import live_last_words
+
+    recording, _ = recorded
+    clusters = yaml.safe_load((Path(__file__).parent / "data" / "kube" / "clusters.yaml").read_text())
+    fake = FakeCluster([KubeObject.model_validate(o) for o in clusters["crash_loop"]])
+    read_at = dt.datetime(2026, 5, 4, 10, 15, tzinfo=dt.UTC)
+    said = [
+        LogRecord.model_validate(
+            {"ts": read_at - dt.timedelta(minutes=1), "service": "cart", "level": "ERROR", "message": m}
+        )
+        for m in ("starting", "java.net.UnknownHostException: cart-db: Name or service not known")
+    ]
+
+    def read(logs: _Logs) -> KubernetesData:
+        async def go() -> KubernetesData:
+            with respx.mock(assert_all_called=False) as router:
+                fake.install(router, SERVER)
+                reader = _reader(kubeconfig)
+                state = KubernetesState(reader, now=lambda: read_at, last_words=live_last_words(logs))
+                try:
+                    return await state.pods(incident=_incident(recording), service=None)
+                finally:
+                    await reader.aclose()
+
+        return asyncio.run(go())
+
+    logs = _Logs(said)
+    (f,) = read(logs).findings
+    assert (f.component, f.sign, f.kind) == ("cart", "exits_on_dns", "dns_failure")
+    (query,) = logs.queries
+    assert query.service == "cart" and query.window.end == read_at
+    (down,) = read(_Logs(said, fail=True)).findings
+    assert (down.sign, down.kind) == ("unavailable", "crash_loop")

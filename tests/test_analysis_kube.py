@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from opsagent.analysis.kube import analyze
+from opsagent.analysis.kube import analyze, explain_exits
 from opsagent.fixtures import KubeObject
 from opsagent.kubestate import Cluster, since_onset
 from opsagent.models import KubeFinding
@@ -79,6 +79,73 @@ def test_a_container_that_exits_by_itself_and_restarts_is_a_crash_loop_not_a_pro
     (f,) = findings("crash_loop")
     assert (f.sign, f.kind) == ("unavailable", "crash_loop")
     assert "last exit Error (1)" in f.why
+
+
+@pytest.mark.parametrize(
+    ("last_line", "sign", "kind"),
+    [
+        (
+            "Caused by: java.net.UnknownHostException: orders-db: Temporary failure in name resolution",
+            "exits_on_dns",
+            "dns_failure",
+        ),
+        (
+            "java.sql.SQLException: Access denied for user 'app'@'10.0.0.7' (using password: YES)",
+            "exits_on_auth",
+            "config_change",
+        ),
+        ("Caused by: java.net.ConnectException: Connection refused", "exits_on_refused", "config_change"),
+    ],
+)
+def test_a_crash_loop_names_what_its_containers_last_lines_say_stops_them(last_line: str, sign: str, kind: str) -> None:
+    (f,) = explain_exits(findings("crash_loop"), {"cart": ["starting", last_line, "Application run failed"]})
+    assert (f.component, f.sign, f.kind) == ("cart", sign, kind)
+    assert last_line.split(":")[-1].strip() in f.why and f.field.endswith("container log")
+
+
+def test_a_name_that_does_not_resolve_outranks_the_refused_connection_it_causes() -> None:
+    said = ["Communications link failure: Connection refused", "UnknownHostException: orders-db"]
+    (f,) = explain_exits(findings("crash_loop"), {"cart": said})
+    assert f.kind == "dns_failure"
+
+
+def test_last_lines_that_name_no_cause_leave_the_crash_loop_and_other_findings_alone() -> None:
+    (loop,) = explain_exits(findings("crash_loop"), {"cart": ["NullPointerException at Main.java:12"]})
+    assert (loop.sign, loop.kind) == ("unavailable", "crash_loop")
+    quota = findings("quota")
+    assert explain_exits(quota, {"shop": ["Access denied"], "cart": ["Access denied"]}) == quota
+
+
+def test_a_service_whose_selector_matches_no_pod_is_the_broken_object() -> None:
+    (f,) = findings("service_selector")
+    assert (f.component, f.component_type, f.object) == ("cart", "service", "Service/shop/cart")
+    assert (f.sign, f.kind, f.field, f.affects) == (
+        "selector_matches_nothing",
+        "config_change",
+        "spec.selector",
+        ["cart"],
+    )
+    assert "app=carts" in f.why
+
+
+def test_a_service_sending_to_a_port_or_protocol_its_pods_do_not_serve_is_named_with_the_field() -> None:
+    found = {f.component: f for f in findings("service_ports")}
+    assert (found["cart"].sign, found["cart"].field) == ("target_port_not_exposed", "spec.ports[0].targetPort")
+    assert "8081" in found["cart"].why and "8080" in found["cart"].why
+    assert (found["orders"].sign, found["orders"].field) == ("protocol_mismatch", "spec.ports[0].protocol")
+    assert {f.kind for f in found.values()} == {"config_change"}
+
+
+def test_a_service_whose_pods_are_missing_for_its_workloads_reason_is_not_a_finding_of_its_own() -> None:
+    found = findings("service_of_parked_workload")
+    assert [(f.object, f.sign) for f in found] == [("Deployment/shop/pricing", "scaled_to_zero")]
+
+
+def test_a_container_whose_init_the_runtime_oom_kills_is_an_oom_kill_not_a_crash_loop() -> None:
+    """The runtime's Failed (or FailedCreatePodSandBox) event says the container's init was OOM-killed."""
+    (f,) = findings("oom_at_start")
+    assert (f.component, f.kind, f.field) == ("web", "oom_kill", "events[Failed].message")
+    assert "OOM-killed" in f.why
 
 
 def test_a_healthy_cluster_and_an_event_about_no_object_give_no_finding() -> None:

@@ -55,3 +55,26 @@ def test_a_caller_of_an_out_of_service_dependency_keeps_a_share_of_its_own_score
     share = ranking.OUT_OF_SERVICE_EXPLAINS
     assert kept == {"web": 4.0 * share, "api": 2.0 * share, "cart": 1.0, "other": 3.0}
     assert ranking.explain_by_out_of_service(own, graph, set()) == own
+
+
+SELECTOR = Path(__file__).parent / "data" / "kube" / "selector-incident"
+
+
+def test_a_service_whose_selector_matches_no_pod_outranks_the_caller_that_reports_it() -> None:
+    """cart's pods run and are ready; its Service selects a label none carries, so web's calls reach
+    nobody. The Service object is named, with its field, and web (which only logs the refusals) is
+    explained away."""
+    report, truth = asyncio.run(investigate_fixture(SELECTOR, playbooks=PLAYBOOKS))
+    assert truth is not None
+    first = report.suspects[0]
+    assert (first.component, first.kind) == ("cart", "config_change")
+    names = [s.component for s in report.suspects]
+    assert "web" not in names or names.index("web") > 0
+    reads = [o.data for o in report.observations if isinstance(o.data, KubernetesData) and o.data.findings]
+    (finding,) = reads[0].findings
+    assert (finding.object, finding.component_type, finding.sign, finding.field) == (
+        "Service/shop/cart",
+        "service",
+        "selector_matches_nothing",
+        "spec.selector",
+    )

@@ -100,3 +100,18 @@ def test_match_requires_and_indicators() -> None:
     weak = pool.match({"log:timeout": 0.5}, Symptom.latency)
     strong = pool.match({"log:timeout": 0.5, "near_limit:db_connections_used": 1.0, "log:pool": 1}, Symptom.latency)
     assert weak is not None and strong is not None and strong > weak
+
+
+def test_a_crash_loop_whose_containers_say_why_they_exit_is_that_causes_case() -> None:
+    """The crash loop and code-exception playbooks step aside (``unless``) where the workload's last
+    log lines name the cause: a name that does not resolve is DNS, refused credentials a setting."""
+    books = {b.id: b for b in load_playbooks(DEFAULT_PLAYBOOKS)}
+    looping = {"kube:broken": 4.0, "kube:crash_loop": 0.75, "log:new_own_error": 1.0}
+    assert books["crash-loop"].match(looping, Symptom.errors) is not None
+    assert books["code-exception"].match(looping, Symptom.errors) is not None
+    on_dns = {**looping, "kube:exits_on_dns": 0.75, "kube:points_to:dns_failure": 0.75}
+    assert books["crash-loop"].match(on_dns, Symptom.errors) is None
+    assert books["code-exception"].match(on_dns, Symptom.errors) is None
+    assert books["dns-failure"].match(on_dns, Symptom.errors)
+    on_auth = {**looping, "kube:exits_on_auth": 0.75, "kube:points_to:config_change": 0.75}
+    assert books["workload-misconfigured"].match(on_auth, Symptom.errors)

@@ -3,7 +3,9 @@
 Most faults an SRE meets on Kubernetes are not slow code but an object that says it is broken: a
 Deployment with fewer ready replicas than it asks for, a ReplicaSet whose pods the API refuses
 (a namespace quota, a missing ServiceAccount), a Deployment scaled to zero, a pod no scheduler has
-looked at, a node whose kubelet stopped reporting. Each analyzer is a plain function over one read
+looked at, a node whose kubelet stopped reporting, a Service whose selector matches no pod. A crash
+loop is named by what the container's last log lines say stops it, where they say (a name that does
+not resolve, refused credentials): :func:`explain_exits`. Each analyzer is a plain function over one read
 of the cluster (:class:`opsagent.kubestate.Cluster`) returning findings
 (:class:`opsagent.models.KubeFinding`): the broken object, what kind of component it is (a
 workload, a node, a namespace), the field or event that shows it, the fault kind it points to and
@@ -17,11 +19,12 @@ become ``kube:<sign>`` features (:mod:`opsagent.features`) and ranking weighs th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from opsagent.kubestate import Cluster
+from opsagent.logsummary import families_of
 from opsagent.models import KubeEvent, KubeFinding, NodeState, PodState
 
 #: The workload kinds whose desired and ready replicas are compared.
@@ -47,6 +50,16 @@ POD_CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("crash_loop", "crash_loop", ("CrashLoopBackOff", "RunContainerError", "CreateContainerError", "StartError")),
 )
 
+#: What a crash-looping container's last lines say stops it, most specific first, with the kind that
+#: names the fault: a host name it cannot resolve, credentials its backend refuses, or an address its
+#: configuration gives that refuses the connection (a setting is wrong, not the code). A container
+#: whose last lines name none of these keeps ``crash_loop``. Keyword families: :mod:`opsagent.logsummary`.
+EXIT_CAUSES: tuple[tuple[str, str], ...] = (
+    ("dns", "dns_failure"),
+    ("auth", "config_change"),
+    ("refused", "config_change"),
+)
+
 Analyzer = Callable[[Cluster, datetime], list[KubeFinding]]
 
 
@@ -68,11 +81,22 @@ def _events(cluster: Cluster, service: str, reason: str, since: datetime) -> lis
     ]
 
 
-def _pod_cause(pods: Sequence[PodState], kills: Sequence[KubeEvent]) -> tuple[str, str, str, str] | None:
+def _pod_cause(
+    pods: Sequence[PodState], kills: Sequence[KubeEvent], ooms: Sequence[KubeEvent] = ()
+) -> tuple[str, str, str, str] | None:
     """What the workload's pods say stops them: (sign, kind, why, field). Containers the kubelet
-    killed because a probe failed restart like a crash loop, but the probe is what broke."""
+    killed because a probe failed restart like a crash loop, but the probe is what broke; and a
+    container whose init the runtime OOM-killed (a ``Failed`` or ``FailedCreatePodSandBox`` event)
+    is an OOM kill, whether it loops or waits in ContainerCreating."""
     if kills:
         return "probe_kills", "probe_failure", f"{kills[0].object}: {kills[0].message[:160]}", "events[Killing].message"
+    if ooms:
+        return (
+            "oom_killed",
+            "oom_kill",
+            f"{ooms[0].object}: {ooms[0].message[:200]}",
+            f"events[{ooms[0].reason}].message",
+        )
     for sign, kind, reasons in POD_CAUSES:
         for p in pods:
             for c in p.containers:
@@ -160,7 +184,13 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                 out.extend(_scheduler_silent(cluster, lost, ref, unplaced))
                 continue
             kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
-            cause = _pod_cause(pods, kills)
+            ooms = [
+                e
+                for reason in ("Failed", "FailedCreatePodSandBox")
+                for e in _events(cluster, service, reason, since)
+                if "oom" in families_of(e.message)
+            ]
+            cause = _pod_cause(pods, kills, ooms)
             sign, fault, why, field = cause or ("unavailable", "unknown", "no pod says why", "status.readyReplicas")
             out.append(
                 KubeFinding(
@@ -233,6 +263,95 @@ def scaled_to_zero(cluster: Cluster, since: datetime) -> list[KubeFinding]:
     return out
 
 
+def misrouted_services(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Services that route to nothing their pods serve: a selector that matches no pod (while no
+    workload's pod template carries those labels either, so no missing pod explains it), a target port
+    that no selected pod's containers declare, or a protocol they do not declare on that port. The
+    pods may be healthy; the Service object is what broke, and every caller of it fails."""
+    out = []
+    for svc in cluster.of("Service"):
+        selector = svc.spec.get("selector")
+        if not isinstance(selector, dict) or not selector or svc.spec.get("type") == "ExternalName":
+            continue  # no selector: its endpoints are kept by hand, or it names a host outside
+        chosen = [p for p in cluster.of("Pod") if p.namespace == svc.namespace and _selects(selector, p)]
+        ref = _ref("Service", svc.namespace, svc.name)
+        if not chosen:
+            if any(
+                _selects(selector, w, template=True)
+                for kind in (*WORKLOADS, "DaemonSet")
+                for w in cluster.of(kind)
+                if w.namespace == svc.namespace
+            ):
+                continue  # its workload would run matching pods: why they are missing is the workload's finding
+            wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            problem = (
+                "selector_matches_nothing",
+                f"{ref} selects {wanted}, and no pod has those labels",
+                "spec.selector",
+            )
+        else:
+            found = _port_problem(svc.spec.get("ports") or [], chosen)
+            if found is None:
+                continue
+            problem = (found[0], f"{ref} {found[1]}", found[2])
+        sign, why, field = problem
+        out.append(
+            KubeFinding(
+                component=svc.name,
+                component_type="service",
+                object=ref,
+                sign=sign,
+                kind="config_change",
+                why=why,
+                field=field,
+                affects=[svc.name],
+            )
+        )
+    return out
+
+
+def _selects(selector: Mapping[str, Any], obj: Any, *, template: bool = False) -> bool:
+    """Whether the object's labels (a workload's pod template's, with ``template``) carry the selector's."""
+    if template:
+        meta = (obj.spec.get("template") or {}).get("metadata") or {}
+        labels = meta.get("labels") or {}
+    else:
+        labels = obj.metadata.labels
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _port_problem(ports: Sequence[Any], pods: Sequence[Any]) -> tuple[str, str, str] | None:
+    """(sign, why, field) for the first Service port the selected pods' containers do not serve as
+    declared; None when they do, or when they declare no port at all (nothing to compare with)."""
+    declared = [
+        (cp.get("containerPort"), cp.get("name"), cp.get("protocol") or "TCP")
+        for pod in pods
+        for c in pod.spec.get("containers") or []
+        for cp in c.get("ports") or []
+        if isinstance(cp, dict)
+    ]
+    if not declared:
+        return None
+    for i, port in enumerate(p for p in ports if isinstance(p, dict)):
+        target = port.get("targetPort", port.get("port"))
+        protocol = port.get("protocol") or "TCP"
+        served = [d for d in declared if target in (d[0], d[1])]
+        if not served:
+            listed = ", ".join(sorted({str(d[0]) for d in declared}))
+            return (
+                "target_port_not_exposed",
+                f"targets port {target}, and its pods declare {listed}",
+                f"spec.ports[{i}].targetPort",
+            )
+        if all(d[2] != protocol for d in served):
+            return (
+                "protocol_mismatch",
+                f"sends {protocol} to port {target}, and its pods serve {served[0][2]} there",
+                f"spec.ports[{i}].protocol",
+            )
+    return None
+
+
 def nodes_not_ready(cluster: Cluster, since: datetime) -> list[KubeFinding]:
     """Nodes whose Ready condition is not True: their kubelet or container runtime stopped, and every
     pod on them with it."""
@@ -262,7 +381,7 @@ def _not_ready(node: NodeState) -> bool:
 
 
 #: Every analyzer, run in order over one read of the cluster.
-ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, nodes_not_ready)
+ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, misrouted_services, nodes_not_ready)
 
 
 def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
@@ -274,4 +393,37 @@ def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
             if (f.object, f.sign) not in seen:
                 seen.add((f.object, f.sign))
                 out.append(f)
+    return out
+
+
+def exit_cause(lines: Sequence[str]) -> tuple[str, str, str] | None:
+    """(family, kind, the line that says it) for the most specific cause a crash-looping container's
+    last lines name, or None where they name none."""
+    said = [(line, set(families_of(line))) for line in lines]
+    for family, kind in EXIT_CAUSES:
+        line = next((line for line, families in said if family in families), None)
+        if line is not None:
+            return family, kind, line
+    return None
+
+
+def explain_exits(findings: Sequence[KubeFinding], last_words: Mapping[str, Sequence[str]]) -> list[KubeFinding]:
+    """Each crash-looping workload's finding, pointing to what its containers' last lines say stops
+    them where they say it (``last_words``: the last lines per component): the object shows *that*
+    the container exits, its log shows *why*."""
+    out = []
+    for f in findings:
+        cause = exit_cause(last_words.get(f.component, ())) if f.kind == "crash_loop" else None
+        if cause is not None:
+            family, kind, line = cause
+            said = " ".join(line.split())[:200]
+            f = f.model_copy(
+                update={
+                    "sign": f"exits_on_{family}",
+                    "kind": kind,
+                    "why": f"{f.why}; its log says ({family}): {said}",
+                    "field": f"{f.field}, container log",
+                }
+            )
+        out.append(f)
     return out
