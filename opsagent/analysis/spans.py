@@ -8,7 +8,7 @@ service that only waits on a slow callee shows no self-time shift. No I/O here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -22,7 +22,7 @@ from opsagent.stats import safe_ratio
 MIN_SPANS = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpanTime:
     """One span's own time (total minus the union of its children) and whether its error began there."""
 
@@ -36,14 +36,67 @@ class SpanTime:
     children: int
 
 
-def span_times(spans: Sequence[Span]) -> list[SpanTime]:
+@dataclass(frozen=True, slots=True)
+class SpanTimes:
+    """Every span's own time, as columns: one array a field, the i-th entry of each about span i.
+    A million spans are eight arrays here, not a million objects; iterating yields :class:`SpanTime`."""
+
+    services: tuple[str, ...]  # the distinct service names; ``service[i]`` indexes them
+    operations: tuple[str, ...]
+    service: np.ndarray  # int64 codes into ``services``
+    operation: np.ndarray  # int64 codes into ``operations``
+    start: np.ndarray  # unix seconds
+    self_ms: np.ndarray
+    total_ms: np.ndarray
+    error: np.ndarray  # bool
+    origin_error: np.ndarray  # bool
+    children: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __iter__(self) -> Iterator[SpanTime]:
+        columns = (
+            self.service.tolist(),
+            self.operation.tolist(),
+            self.start.tolist(),
+            self.self_ms.tolist(),
+            self.total_ms.tolist(),
+            self.error.tolist(),
+            self.origin_error.tolist(),
+            self.children.tolist(),
+        )
+        for svc, op, st, sm, tm, e, o, c in zip(*columns, strict=True):
+            yield SpanTime(self.services[svc], self.operations[op], st, sm, tm, e, o, c)
+
+
+def _codes(names: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray]:
+    """Each name as the index of its first appearance among the distinct names."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(n, len(index)) for n in names), dtype=np.int64, count=len(names))
+    return tuple(index), codes
+
+
+def _starts(spans: Sequence[Span]) -> np.ndarray:
+    """Each span's :attr:`~opsagent.fixtures.Span.start_s`: unix nanoseconds divided by 1e9 as one
+    array (the same IEEE conversion and division as one int at a time), RFC 3339 times one by one."""
+    raw = [s.start for s in spans]
+    if all(type(v) is int for v in raw):
+        try:
+            return np.array(raw, dtype=np.int64) / 1e9
+        except OverflowError:  # beyond int64: one at a time, as Python's own ints
+            pass
+    return np.fromiter((s.start_s for s in spans), dtype=np.float64, count=len(spans))
+
+
+def span_times(spans: Sequence[Span]) -> SpanTimes:
     """Each span's own time. The arithmetic runs over arrays (numpy), element by element in the same
     IEEE operations as one span at a time, so the results are the same to the last bit; only a span
     with two or more children walks their union in Python."""
     n = len(spans)
-    if n == 0:
-        return []
-    start = np.fromiter((s.start_s for s in spans), dtype=np.float64, count=n)
+    services, service = _codes([s.service for s in spans])
+    operations, operation = _codes([s.operation for s in spans])
+    start = _starts(spans) if n else np.zeros(0)
     duration_us = np.fromiter((s.duration_us for s in spans), dtype=np.float64, count=n)
     end = start + duration_us / 1e6
     error = [s.status == "error" for s in spans]
@@ -70,24 +123,19 @@ def span_times(spans: Sequence[Span]) -> list[SpanTime]:
         intervals = [(start[c], end[c]) for c in kids[keys[i]]]
         covered[i] = _union_length(intervals, start[i], end[i])
     own = end - start - covered
-    self_ms = np.where(own < 0.0, 0.0, own) * 1000
-    total_ms = duration_us / 1000
     origin = [e and k not in failing_child for e, k in zip(error, keys, strict=True)]
-    return [
-        SpanTime(
-            service=s.service,
-            operation=s.operation,
-            start=st,
-            self_ms=sm,
-            total_ms=tm,
-            error=e,
-            origin_error=o,
-            children=c,
-        )
-        for s, st, sm, tm, e, o, c in zip(
-            spans, start.tolist(), self_ms.tolist(), total_ms.tolist(), error, origin, count.tolist(), strict=True
-        )
-    ]
+    return SpanTimes(
+        services=services,
+        operations=operations,
+        service=service,
+        operation=operation,
+        start=start,
+        self_ms=np.where(own < 0.0, 0.0, own) * 1000,
+        total_ms=duration_us / 1000,
+        error=np.array(error, dtype=bool),
+        origin_error=np.array(origin, dtype=bool),
+        children=count,
+    )
 
 
 def trace_edges(spans: Sequence[Span]) -> list[Edge]:
@@ -109,65 +157,61 @@ def neighbours(edges: Sequence[Edge], service: str) -> tuple[list[str], list[str
 
 
 def trace_summary(
-    spans: Sequence[SpanTime], edges: Sequence[Edge], *, incident: Incident, service: str | None
+    spans: SpanTimes, edges: Sequence[Edge], *, incident: Incident, service: str | None
 ) -> TracesData:
     """Per-service self-time shift, slowest operations, error spans, blocked parents."""
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     w0, w1 = unix(incident.onset), unix(incident.window.end)
-    wanted: set[str] | None = None
     callers, callees = neighbours(edges, service) if service else ([], [])
+    start = spans.start
+    in_base = (b0 <= start) & (start < b1)
+    in_win = ~in_base & (w0 <= start) & (start < w1)
     if service:
         wanted = {service, *callers, *callees}
-    base: dict[str, list[SpanTime]] = defaultdict(list)
-    win: dict[str, list[SpanTime]] = defaultdict(list)
-    for sp in spans:
-        if wanted is not None and sp.service not in wanted:
-            continue
-        if b0 <= sp.start < b1:
-            base[sp.service].append(sp)
-        elif w0 <= sp.start < w1:
-            win[sp.service].append(sp)
+        mine = np.isin(spans.service, [i for i, name in enumerate(spans.services) if name in wanted])
+        in_base &= mine
+        in_win &= mine
+    base, win = _by_code(spans.service, in_base), _by_code(spans.service, in_win)
     services = []
-    for name in sorted(set(base) | set(win)):
-        bs, ws = base.get(name, []), win.get(name, [])
-        self_b = _p50([s.self_ms for s in bs])
-        self_w = _p50([s.self_ms for s in ws])
+    for code in sorted(base.keys() | win.keys(), key=spans.services.__getitem__):
+        bi, wi = base.get(code, _NONE), win.get(code, _NONE)
+        self_bs, self_ws = spans.self_ms[bi].tolist(), spans.self_ms[wi].tolist()
+        total_bs, total_ws = spans.total_ms[bi].tolist(), spans.total_ms[wi].tolist()
+        self_b = _p50(self_bs)
+        self_w = _p50(self_ws)
         services.append(
             ServiceSpanStats(
-                service=name,
-                spans_baseline=len(bs),
-                spans_window=len(ws),
+                service=spans.services[code],
+                spans_baseline=len(bi),
+                spans_window=len(wi),
                 self_ms_baseline=self_b,
                 self_ms_window=self_w,
                 # A handful of sampled spans says nothing about a shift.
                 self_shift=safe_ratio(self_w, max(self_b, 0.05))
-                if self_b is not None and len(bs) >= MIN_SPANS and len(ws) >= MIN_SPANS
+                if self_b is not None and len(bi) >= MIN_SPANS and len(wi) >= MIN_SPANS
                 else None,
-                total_ms_baseline=_p50([s.total_ms for s in bs]),
-                total_ms_window=_p50([s.total_ms for s in ws]),
-                tail_total_shift=_tail_shift([s.total_ms for s in bs], [s.total_ms for s in ws]),
-                tail_self_shift=_tail_shift([s.self_ms for s in bs], [s.self_ms for s in ws]),
-                errors_baseline=sum(s.error for s in bs),
-                errors_window=sum(s.error for s in ws),
-                origin_errors_baseline=sum(s.origin_error for s in bs),
-                origin_errors_window=sum(s.origin_error for s in ws),
-                fanout_shift=_fanout_shift(bs, ws),
+                total_ms_baseline=_p50(total_bs),
+                total_ms_window=_p50(total_ws),
+                tail_total_shift=_tail_shift(total_bs, total_ws),
+                tail_self_shift=_tail_shift(self_bs, self_ws),
+                errors_baseline=int(np.count_nonzero(spans.error[bi])),
+                errors_window=int(np.count_nonzero(spans.error[wi])),
+                origin_errors_baseline=int(np.count_nonzero(spans.origin_error[bi])),
+                origin_errors_window=int(np.count_nonzero(spans.origin_error[wi])),
+                fanout_shift=_fanout_shift(spans.children[bi].tolist(), spans.children[wi].tolist()),
             )
         )
-    ops: dict[tuple[str, str], list[SpanTime]] = defaultdict(list)
-    for name, spans_of in win.items():
-        for sp in spans_of:
-            ops[(name, sp.operation)].append(sp)
+    n_ops = max(len(spans.operations), 1)
     slowest = sorted(
         (
             OperationStats(
-                service=svc,
-                operation=op,
-                p95_ms=round(_pct([s.total_ms for s in group], 0.95), 2),
-                self_p95_ms=round(_pct([s.self_ms for s in group], 0.95), 2),
+                service=spans.services[key // n_ops],
+                operation=spans.operations[key % n_ops],
+                p95_ms=round(_pct(spans.total_ms[group].tolist(), 0.95), 2),
+                self_p95_ms=round(_pct(spans.self_ms[group].tolist(), 0.95), 2),
                 count=len(group),
             )
-            for (svc, op), group in ops.items()
+            for key, group in _by_code(spans.service * n_ops + spans.operation, in_win).items()
         ),
         key=lambda o: (-o.self_p95_ms, o.service, o.operation),
     )[:5]
@@ -191,14 +235,27 @@ def trace_summary(
     )
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _by_code(codes: np.ndarray, where: np.ndarray) -> dict[int, np.ndarray]:
+    """The indices of the selected spans, grouped by code, each group in span order."""
+    picked = np.flatnonzero(where)
+    if not picked.size:
+        return {}
+    ordered = picked[np.argsort(codes[picked], kind="stable")]
+    keys, first = np.unique(codes[ordered], return_index=True)
+    return dict(zip(keys.tolist(), np.split(ordered, first[1:]), strict=True))
+
+
 def _p50(values: list[float]) -> float | None:
     return round(median(values), 3) if values else None
 
 
-def _fanout_shift(base: list[SpanTime], window: list[SpanTime]) -> float | None:
+def _fanout_shift(base: list[int], window: list[int]) -> float | None:
     """Child calls per span that has any, window against baseline."""
-    b = [s.children for s in base if s.children]
-    w = [s.children for s in window if s.children]
+    b = [c for c in base if c]
+    w = [c for c in window if c]
     if len(b) < MIN_SPANS or len(w) < MIN_SPANS:
         return None
     return safe_ratio(sum(w) / len(w), sum(b) / len(b))
