@@ -7,7 +7,6 @@ service that only waits on a slow callee shows no self-time shift. No I/O here.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -99,41 +98,47 @@ def span_times(spans: Sequence[Span]) -> SpanTimes:
     start = _starts(spans) if n else np.zeros(0)
     duration_us = np.fromiter((s.duration_us for s in spans), dtype=np.float64, count=n)
     end = start + duration_us / 1e6
-    error = [s.status == "error" for s in spans]
-    # a trace that repeats a span id gives every span of that id the same children, as the lookup by
-    # id always did
-    kids: dict[tuple[str, str], list[int]] = defaultdict(list)
-    failing_child: set[tuple[str, str]] = set()
-    for i, s in enumerate(spans):
-        if s.parent_id:
-            kids[(s.trace_id, s.parent_id)].append(i)
-            if error[i]:
-                failing_child.add((s.trace_id, s.parent_id))
-    keys = [(s.trace_id, s.span_id) for s in spans]
-    count = np.fromiter((len(kids.get(k, ())) for k in keys), dtype=np.int64, count=n)
+    error = np.fromiter((s.status == "error" for s in spans), dtype=bool, count=n)
+    # Each (trace, span id) a span has or names as its parent gets a code: a trace that repeats a
+    # span id gives every span of that id the same children, as the lookup by id always did.
+    codes: dict[tuple[str, str], int] = {}
+    own = np.fromiter((codes.setdefault((s.trace_id, s.span_id), len(codes)) for s in spans), dtype=np.int64, count=n)
+    parent = np.fromiter(
+        (codes.setdefault((s.trace_id, s.parent_id), len(codes)) if s.parent_id else -1 for s in spans),
+        dtype=np.int64,
+        count=n,
+    )
+    child_idx = np.flatnonzero(parent >= 0)
+    # the children of each code, in span order: children[first[c] : first[c] + per_code[c]]
+    children = child_idx[np.argsort(parent[child_idx], kind="stable")]
+    per_code = np.bincount(parent[child_idx], minlength=len(codes))
+    first = np.concatenate(([0], np.cumsum(per_code)[:-1]))
+    count = per_code[own]
+    failing = np.zeros(len(codes), dtype=bool)
+    failing[parent[child_idx[error[child_idx]]]] = True
     covered = np.zeros(n)
     # one child: its interval clipped to the parent, as _union_length computes it
     single = np.flatnonzero(count == 1)
     if single.size:
-        child = np.fromiter((kids[keys[i]][0] for i in single), dtype=np.int64, count=single.size)
+        child = children[first[own[single]]]
         lo = np.where(start[single] > start[child], start[single], start[child])
         hi = np.where(end[single] < end[child], end[single], end[child])
         covered[single] = np.where(hi <= lo, 0.0, hi - lo)
     for i in np.flatnonzero(count > 1).tolist():
-        intervals = [(start[c], end[c]) for c in kids[keys[i]]]
+        at = first[own[i]]
+        intervals = [(start[c], end[c]) for c in children[at : at + count[i]]]
         covered[i] = _union_length(intervals, start[i], end[i])
-    own = end - start - covered
-    origin = [e and k not in failing_child for e, k in zip(error, keys, strict=True)]
+    left = end - start - covered
     return SpanTimes(
         services=services,
         operations=operations,
         service=service,
         operation=operation,
         start=start,
-        self_ms=np.where(own < 0.0, 0.0, own) * 1000,
+        self_ms=np.where(left < 0.0, 0.0, left) * 1000,
         total_ms=duration_us / 1000,
-        error=np.array(error, dtype=bool),
-        origin_error=np.array(origin, dtype=bool),
+        error=error,
+        origin_error=error & ~failing[own],
         children=count,
     )
 
@@ -156,9 +161,7 @@ def neighbours(edges: Sequence[Edge], service: str) -> tuple[list[str], list[str
     return callers, callees
 
 
-def trace_summary(
-    spans: SpanTimes, edges: Sequence[Edge], *, incident: Incident, service: str | None
-) -> TracesData:
+def trace_summary(spans: SpanTimes, edges: Sequence[Edge], *, incident: Incident, service: str | None) -> TracesData:
     """Per-service self-time shift, slowest operations, error spans, blocked parents."""
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     w0, w1 = unix(incident.onset), unix(incident.window.end)
