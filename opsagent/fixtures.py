@@ -364,6 +364,7 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
     # span's memory); records of a frozen model never change it, so those that set the same fields
     # share one set
     shared: dict[frozenset[str], set[str]] | None = {} if model.model_config.get("frozen") else None
+    validate_json = model.__pydantic_validator__.validate_json  # model_validate_json without its wrapper
     try:
         for lineno, raw in enumerate(_open_lines(path), start=1):
             try:
@@ -371,10 +372,10 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
             except UnicodeDecodeError as exc:
                 problems.append(Problem(str(path), not_utf8(exc), line=lineno))
                 continue
-            if not line.strip():
+            if not line or line.isspace():
                 continue
             try:
-                record = model.model_validate_json(line)
+                record = validate_json(line)
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = tuple(p for p in err["loc"] if p != "json_invalid")
