@@ -7,7 +7,8 @@ service that only waits on a slow callee shows no self-time shift. No I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -69,76 +70,82 @@ class SpanTimes:
             yield SpanTime(self.services[svc], self.operations[op], st, sm, tm, e, o, c)
 
 
-def _codes(names: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray]:
-    """Each name as the index of its first appearance among the distinct names."""
-    index: dict[str, int] = {}
-    codes = np.fromiter((index.setdefault(n, len(index)) for n in names), dtype=np.int64, count=len(names))
-    return tuple(index), codes
+def _column(values: array[int] | array[float], dtype: type[np.generic]) -> np.ndarray:
+    return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)
 
 
-def _starts(spans: Sequence[Span]) -> np.ndarray:
-    """Each span's :attr:`~opsagent.fixtures.Span.start_s`: unix nanoseconds divided by 1e9 as one
-    array (the same IEEE conversion and division as one int at a time), RFC 3339 times one by one."""
-    raw = [s.start for s in spans]
-    if all(type(v) is int for v in raw):
-        try:
-            return np.array(raw, dtype=np.int64) / 1e9
-        except OverflowError:  # beyond int64: one at a time, as Python's own ints
-            pass
-    return np.fromiter((s.start_s for s in spans), dtype=np.float64, count=len(spans))
+def span_times(spans: Iterable[Span]) -> SpanTimes:
+    """Each span's own time. ``spans`` is read once, into columns: a stream of spans (a generator over
+    a file) is never held whole, only a few numbers a span and the ids that link parents to children.
 
-
-def span_times(spans: Sequence[Span]) -> SpanTimes:
-    """Each span's own time. The arithmetic runs over arrays (numpy), element by element in the same
-    IEEE operations as one span at a time, so the results are the same to the last bit; only a span
-    with two or more children walks their union in Python."""
-    n = len(spans)
-    services, service = _codes([s.service for s in spans])
-    operations, operation = _codes([s.operation for s in spans])
-    start = _starts(spans) if n else np.zeros(0)
-    duration_us = np.fromiter((s.duration_us for s in spans), dtype=np.float64, count=n)
-    end = start + duration_us / 1e6
-    error = np.fromiter((s.status == "error" for s in spans), dtype=bool, count=n)
+    The arithmetic runs over arrays (numpy), element by element in the same IEEE operations as one
+    span at a time, so the results are the same to the last bit; only a span with two or more
+    children walks their union in Python."""
+    service_codes: dict[str, int] = {}
+    operation_codes: dict[str, int] = {}
     # Each (trace, span id) a span has or names as its parent gets a code: a trace that repeats a
     # span id gives every span of that id the same children, as the lookup by id always did.
     codes: dict[tuple[str, str], int] = {}
-    own = np.fromiter((codes.setdefault((s.trace_id, s.span_id), len(codes)) for s in spans), dtype=np.int64, count=n)
-    parent = np.fromiter(
-        (codes.setdefault((s.trace_id, s.parent_id), len(codes)) if s.parent_id else -1 for s in spans),
-        dtype=np.int64,
-        count=n,
-    )
-    child_idx = np.flatnonzero(parent >= 0)
+    service, operation, own, parent = array("q"), array("q"), array("q"), array("q")
+    duration_us, failed = array("d"), array("b")
+    # starts in unix ns, divided as one array at the end; once one is not (RFC 3339, or beyond
+    # int64), every start is its start_s, as one span at a time
+    ns: array[int] | None = array("q")
+    seconds: array[float] = array("d")
+    for s in spans:
+        service.append(service_codes.setdefault(s.service, len(service_codes)))
+        operation.append(operation_codes.setdefault(s.operation, len(operation_codes)))
+        own.append(codes.setdefault((s.trace_id, s.span_id), len(codes)))
+        parent.append(codes.setdefault((s.trace_id, s.parent_id), len(codes)) if s.parent_id else -1)
+        duration_us.append(s.duration_us)
+        failed.append(s.status == "error")
+        if ns is not None and type(s.start) is int:
+            try:
+                ns.append(s.start)
+                continue
+            except OverflowError:
+                pass
+        if ns is not None:
+            seconds = array("d", [v / 1e9 for v in ns])
+            ns = None
+        seconds.append(s.start_s)
+    n = len(own)
+    start = _column(ns, np.int64) / 1e9 if ns is not None else _column(seconds, np.float64)
+    duration = _column(duration_us, np.float64)
+    end = start + duration / 1e6
+    error = _column(failed, np.int8).astype(bool)
+    own_code, parent_code = _column(own, np.int64), _column(parent, np.int64)
+    child_idx = np.flatnonzero(parent_code >= 0)
     # the children of each code, in span order: children[first[c] : first[c] + per_code[c]]
-    children = child_idx[np.argsort(parent[child_idx], kind="stable")]
-    per_code = np.bincount(parent[child_idx], minlength=len(codes))
+    children = child_idx[np.argsort(parent_code[child_idx], kind="stable")]
+    per_code = np.bincount(parent_code[child_idx], minlength=len(codes))
     first = np.concatenate(([0], np.cumsum(per_code)[:-1]))
-    count = per_code[own]
+    count = per_code[own_code]
     failing = np.zeros(len(codes), dtype=bool)
-    failing[parent[child_idx[error[child_idx]]]] = True
+    failing[parent_code[child_idx[error[child_idx]]]] = True
     covered = np.zeros(n)
     # one child: its interval clipped to the parent, as _union_length computes it
     single = np.flatnonzero(count == 1)
     if single.size:
-        child = children[first[own[single]]]
+        child = children[first[own_code[single]]]
         lo = np.where(start[single] > start[child], start[single], start[child])
         hi = np.where(end[single] < end[child], end[single], end[child])
         covered[single] = np.where(hi <= lo, 0.0, hi - lo)
     for i in np.flatnonzero(count > 1).tolist():
-        at = first[own[i]]
+        at = first[own_code[i]]
         intervals = [(start[c], end[c]) for c in children[at : at + count[i]]]
         covered[i] = _union_length(intervals, start[i], end[i])
     left = end - start - covered
     return SpanTimes(
-        services=services,
-        operations=operations,
-        service=service,
-        operation=operation,
+        services=tuple(service_codes),
+        operations=tuple(operation_codes),
+        service=_column(service, np.int64),
+        operation=_column(operation, np.int64),
         start=start,
         self_ms=np.where(left < 0.0, 0.0, left) * 1000,
-        total_ms=duration_us / 1000,
+        total_ms=duration / 1000,
         error=error,
-        origin_error=error & ~failing[own],
+        origin_error=error & ~failing[own_code],
         children=count,
     )
 
