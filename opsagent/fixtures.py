@@ -358,7 +358,24 @@ _UNIQUE: dict[str, str] = {"changes": "id"}
 
 
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
-    records: list[Any] = []
+    return list(_records(path, model, problems, unique))
+
+
+def stream(path: Path, name: TelemetryName) -> Iterator[Any]:
+    """The records of one telemetry file (``name``: which kind it holds), each validated as its line is
+    read: a file of any size is read in the memory of one line and what the caller keeps. The first
+    line that is not a valid record raises :class:`FixtureError` naming file, line and field."""
+    problems: list[Problem] = []
+    for record in _records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name)):
+        if problems:
+            raise FixtureError(problems)
+        yield record
+    if problems:
+        raise FixtureError(problems)
+
+
+def _records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None) -> Iterator[Any]:
+    """Each valid record of the file as its line is read; each invalid line's problems to ``problems``."""
     first_line: dict[Any, int] = {}
     # pydantic gives every instance a set of the fields it was given (about 700 bytes, half of a
     # span's memory); records of a frozen model never change it, so those that set the same fields
@@ -391,10 +408,9 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
             if shared is not None:
                 given = record.__pydantic_fields_set__
                 object.__setattr__(record, "__pydantic_fields_set__", shared.setdefault(frozenset(given), given))
-            records.append(record)
+            yield record
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
-    return records
 
 
 def _read_header(path: Path, problems: list[Problem]) -> IncidentFile | None:

@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from opsagent.errors import FixtureError
-from opsagent.fixtures import Recording, json_schemas, load, validate
+from opsagent.fixtures import Recording, json_schemas, load, stream, validate
 from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
@@ -95,6 +95,19 @@ def test_loaded_records_keep_which_fields_their_own_line_gave(tmp_path: Path) ->
     with pytest.raises(ValidationError):  # a record as loaded cannot be changed (nor its fields' record)
         recording.traces[1].status = "error"
     assert recording.traces[3].model_dump(exclude_unset=True) == lines[3]
+
+
+def test_a_telemetry_file_streams_record_by_record_and_names_its_first_bad_line(tmp_path: Path) -> None:
+    line = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "ok"}
+    path = tmp_path / "logs.jsonl.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(json.dumps(line) + "\n\n" + json.dumps(dict(line, message="again")) + "\n")
+        fh.write(json.dumps(dict(line, ts="yesterday")) + "\n" + json.dumps(line) + "\n")
+    records = stream(path, "logs")
+    assert next(records).message == "ok" and next(records).message == "again"
+    with pytest.raises(FixtureError) as exc:
+        next(records)
+    assert "logs.jsonl.gz:4 [ts]" in str(exc.value)
 
 
 def test_committed_json_schemas_match_the_loader() -> None:
