@@ -29,7 +29,7 @@ from opsagent.analysis.series import (
     side_of,
     signal_stats,
 )
-from opsagent.analysis.spans import SpanTime, span_times, trace_edges, trace_summary
+from opsagent.analysis.spans import SpanTimes, span_times, trace_edges, trace_summary
 from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
 from opsagent.analysis.versions import compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
@@ -201,7 +201,7 @@ class ReplayTraces:
         self._steps: dict[tuple[object, ...], list[StepShortfall]] = {}
 
     @cached_property
-    def _spans(self) -> list[SpanTime]:
+    def _spans(self) -> SpanTimes:
         return span_times(self.recording.traces)
 
     @cached_property

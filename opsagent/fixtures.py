@@ -29,6 +29,7 @@ from pydantic import (
 
 from opsagent.errors import ConfigError, FixtureError, Problem
 from opsagent.models import Alert, FaultKind, RolloutStep, TimeRange, possible
+from opsagent.yamltext import load_yaml
 
 TELEMETRY = ("metrics", "logs", "changes", "traces", "kubernetes")
 
@@ -163,7 +164,7 @@ class IncidentFile(BaseModel):
 
 
 class MetricSeries(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     labels: dict[str, str]
     #: [unix_s, value]; no NaN or infinity (a missing sample is left out)
@@ -184,7 +185,7 @@ class MetricSeries(BaseModel):
 
 
 class LogRecord(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     ts: AwareDatetime
     service: str
@@ -239,7 +240,7 @@ class Change(BaseModel):
 
 
 class Span(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     trace_id: str
     span_id: str
@@ -373,8 +374,30 @@ _UNIQUE: dict[str, str] = {"changes": "id"}
 
 
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
-    records: list[Any] = []
+    return list(_records(path, model, problems, unique))
+
+
+def stream(path: Path, name: TelemetryName) -> Iterator[Any]:
+    """The records of one telemetry file (``name``: which kind it holds), each validated as its line is
+    read: a file of any size is read in the memory of one line and what the caller keeps. The first
+    line that is not a valid record raises :class:`FixtureError` naming file, line and field."""
+    problems: list[Problem] = []
+    for record in _records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name)):
+        if problems:
+            raise FixtureError(problems)
+        yield record
+    if problems:
+        raise FixtureError(problems)
+
+
+def _records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None) -> Iterator[Any]:
+    """Each valid record of the file as its line is read; each invalid line's problems to ``problems``."""
     first_line: dict[Any, int] = {}
+    # pydantic gives every instance a set of the fields it was given (about 700 bytes, half of a
+    # span's memory); records of a frozen model never change it, so those that set the same fields
+    # share one set
+    shared: dict[frozenset[str], set[str]] | None = {} if model.model_config.get("frozen") else None
+    validate_json = model.__pydantic_validator__.validate_json  # model_validate_json without its wrapper
     try:
         for lineno, raw in enumerate(_open_lines(path), start=1):
             try:
@@ -382,10 +405,10 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
             except UnicodeDecodeError as exc:
                 problems.append(Problem(str(path), not_utf8(exc), line=lineno))
                 continue
-            if not line.strip():
+            if not line or line.isspace():
                 continue
             try:
-                record = model.model_validate_json(line)
+                record = validate_json(line)
             except ValidationError as exc:
                 for err in exc.errors():
                     loc = tuple(p for p in err["loc"] if p != "json_invalid")
@@ -398,15 +421,17 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
                 continue
             if key is not None:
                 first_line[key] = lineno
-            records.append(record)
+            if shared is not None:
+                given = record.__pydantic_fields_set__
+                object.__setattr__(record, "__pydantic_fields_set__", shared.setdefault(frozenset(given), given))
+            yield record
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
-    return records
 
 
 def _read_header(path: Path, problems: list[Problem]) -> IncidentFile | None:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
         return None

@@ -48,6 +48,7 @@ from opsagent.models import (
 )
 from opsagent.observations import fmt, times
 from opsagent.tools import TOOLS
+from opsagent.yamltext import load_yaml
 
 
 def _known_family(family: str) -> str:
@@ -348,7 +349,7 @@ def load_playbooks(directory: Path) -> list[Playbook]:
         raise PlaybookError([Problem(str(directory), "no playbooks (*.yaml) found")])
     for path in files:
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            raw = load_yaml(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:
             mark = getattr(exc, "problem_mark", None)
             problems.append(Problem(str(path), f"cannot parse: {exc}", line=mark.line + 1 if mark else None))

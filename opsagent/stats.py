@@ -7,10 +7,11 @@ where there is too little data to say, they say ``None`` rather than guess.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from statistics import median
 from typing import Literal
 
@@ -61,17 +62,14 @@ def change_point(samples: Sequence[Sample], start: float, end: float, *, min_sid
     if n < 2 * min_side:
         return None
     values = [v for _, v in points]
-    prefix = [0.0]
-    prefix_sq = [0.0]
-    for v in values:
-        prefix.append(prefix[-1] + v)
-        prefix_sq.append(prefix_sq[-1] + v * v)
+    prefix = list(accumulate(values, initial=0.0))
+    prefix_sq = list(accumulate([v * v for v in values], initial=0.0))
     best_t, best_score = None, 0.0
     total, total_sq = prefix[-1], prefix_sq[-1]
-    for i in range(min_side, n - min_side + 1):
-        t = points[i][0]
-        if not (start <= t < end):
-            continue
+    # the candidates inside [start, end) are one run of the time-ordered points
+    times = [t for t, _ in points]
+    for i in range(max(min_side, bisect_left(times, start)), min(n - min_side + 1, bisect_left(times, end))):
+        t = times[i]
         left_n, right_n = i, n - i
         left_mean = prefix[i] / left_n
         right_mean = (total - prefix[i]) / right_n
@@ -101,7 +99,7 @@ def shift_direction(
 
 def sampling_step(samples: Sequence[Sample]) -> float:
     """The series' resolution: the median spacing of its samples (0 with fewer than two)."""
-    times = sorted(t for t, _ in samples)
+    times = sorted([t for t, _ in samples])
     gaps = [b - a for a, b in pairwise(times) if b > a]
     return median(gaps) if gaps else 0.0
 
@@ -137,7 +135,7 @@ def reference(
     step = sampling_step(samples)
     base = between(samples, b0, b1)
     detached = is_detached(baseline, window_start=window_start, onset=onset)
-    recent = recent_samples(samples, baseline=baseline, window_start=window_start, onset=onset)
+    recent = _recent(samples, step, baseline=baseline, window_start=window_start, onset=onset)
     if not recent and detached:
         return None  # nothing from this period before onset: a shift and a change of period look alike
     if len(base) >= MIN_BASELINE:
@@ -162,8 +160,13 @@ def recent_samples(
 ) -> list[float]:
     """The samples of this period before onset (outside the baseline) whose period ends by onset;
     against another period, the one straddling onset when there is no other."""
+    return _recent(samples, sampling_step(samples), baseline=baseline, window_start=window_start, onset=onset)
+
+
+def _recent(
+    samples: Sequence[Sample], step: float, *, baseline: tuple[float, float], window_start: float, onset: float
+) -> list[float]:
     b0, b1 = baseline
-    step = sampling_step(samples)
     recent = [v for t, v in samples if window_start <= t and t + step <= onset and not b0 <= t < b1]
     if not recent and is_detached(baseline, window_start=window_start, onset=onset):
         # Only the sample that straddles onset: better than comparing with another period alone.

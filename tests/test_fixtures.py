@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from opsagent.errors import FixtureError
-from opsagent.fixtures import Recording, json_schemas, load, validate
+from opsagent.fixtures import Recording, json_schemas, load, stream, validate
 from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
@@ -75,6 +76,38 @@ def test_gzipped_telemetry_loads(tmp_path: Path) -> None:
     recording, truth = load(d)
     assert recording.metrics[0].labels["service"] == "api"
     assert "metrics" in recording.present and truth is not None and truth.kind == "slow_query"
+
+
+def test_loaded_records_keep_which_fields_their_own_line_gave(tmp_path: Path) -> None:
+    # records that set the same fields share one record of them: each still answers for itself
+    span = {"trace_id": "t", "span_id": "a", "parent_id": None, "service": "api", "operation": "GET /"}
+    lines = [
+        dict(span, start=1772373600000000000, duration_us=5.0, status="error"),
+        dict(span, span_id="b", start=1772373601000000000, duration_us=7.0),
+        dict(span, span_id="c", start=1772373602000000000, duration_us=9.0, status="ok", pod="api-1"),
+        dict(span, span_id="d", start=1772373603000000000, duration_us=3.0),
+    ]
+    d = _fixture(tmp_path, traces_jsonl="".join(json.dumps(x) + "\n" for x in lines))
+    recording, _ = load(d)
+    dumped = [s.model_dump(exclude_unset=True) for s in recording.traces]
+    assert dumped == lines
+    assert [s.status for s in recording.traces] == ["error", "unset", "ok", "unset"]
+    with pytest.raises(ValidationError):  # a record as loaded cannot be changed (nor its fields' record)
+        recording.traces[1].status = "error"
+    assert recording.traces[3].model_dump(exclude_unset=True) == lines[3]
+
+
+def test_a_telemetry_file_streams_record_by_record_and_names_its_first_bad_line(tmp_path: Path) -> None:
+    line = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "ok"}
+    path = tmp_path / "logs.jsonl.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(json.dumps(line) + "\n\n" + json.dumps(dict(line, message="again")) + "\n")
+        fh.write(json.dumps(dict(line, ts="yesterday")) + "\n" + json.dumps(line) + "\n")
+    records = stream(path, "logs")
+    assert next(records).message == "ok" and next(records).message == "again"
+    with pytest.raises(FixtureError) as exc:
+        next(records)
+    assert "logs.jsonl.gz:4 [ts]" in str(exc.value)
 
 
 def test_committed_json_schemas_match_the_loader() -> None:

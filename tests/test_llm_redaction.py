@@ -64,6 +64,21 @@ def test_each_kind_of_secret_is_masked(text: str, secret: str) -> None:
     assert secret not in masked and count >= 1 and "[REDACTED:" in masked
 
 
+@pytest.mark.parametrize("value", ["Configured-Secret-0042", "geheimnis-Σ-ΑΣ-wert"])
+def test_a_configured_secret_is_masked_in_text_that_no_shape_rule_would_read(value: str) -> None:
+    # the chain skips text holding none of its redactors' words: the configured values are words too,
+    # in any case (an ASCII one) or always looked for (one whose lower case could differ in place)
+    chain = redactors(environ={"OPSAGENT_STORE_PASSWORD": value})
+    masked, count = redact(f"connected as {value} to the store", chain)
+    assert value not in masked and count == 1
+    assert redact("connected as nobody to the store", chain) == ("connected as nobody to the store", 0)
+
+
+def test_a_secret_named_in_capitals_is_masked() -> None:
+    masked, count = redact("PWD: lettersOnlyPwdValue; X-AUTH-TOKEN: abcdEFGHijklMNOP", redactors())
+    assert count == 2 and "lettersOnlyPwdValue" not in masked and "abcdEFGHijklMNOP" not in masked
+
+
 def test_a_dict_keyed_by_a_secret_name_is_masked_whatever_its_value() -> None:
     body = {"password": "hunter", "client_secret": "lettersOnly", "nested": [{"api_key": "abcdefgh"}], "user": "bob"}
     masked = scrub_model(body)

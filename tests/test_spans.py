@@ -3,6 +3,8 @@ parallel calls count once and a child that outlives its parent counts only insid
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from opsagent.analysis.spans import span_times
 from opsagent.fixtures import Span
 
@@ -56,7 +58,25 @@ def test_an_error_originates_in_the_span_whose_children_did_not_fail() -> None:
 
 
 def test_no_spans_no_times_and_a_span_keeps_its_start_and_total() -> None:
-    assert span_times([]) == []
+    assert len(span_times([])) == 0 and list(span_times([])) == []
     (only,) = span_times([span("p", None, 250, 12.5)])
     assert only.start == (T0 + 250_000_000) / 1e9
     assert only.total_ms == 12.5 and round(only.self_ms, 3) == 12.5 and only.children == 0
+
+
+def test_a_stream_of_spans_is_read_once_and_gives_the_same_times() -> None:
+    spans = [span("p", None, 0, 100, "error"), span("a", "p", 10, 40, "error"), span("b", "p", 30, 30)]
+    # an RFC 3339 start among unix nanoseconds: every start is then read one span at a time
+    spans.append(Span.model_validate({**spans[2].model_dump(), "span_id": "c", "start": "2023-11-14T22:13:20.5Z"}))
+    read: list[str] = []
+
+    def stream() -> Iterator[Span]:
+        for s in spans:
+            read.append(s.span_id)
+            yield s
+
+    streamed = list(span_times(stream()))
+    assert read == ["p", "a", "b", "c"]
+    assert streamed == list(span_times(list(spans)))
+    assert streamed[3].start == spans[3].start_s and streamed[0].start == spans[0].start_s
+    assert [t.origin_error for t in streamed] == [False, True, False, False]

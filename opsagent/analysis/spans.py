@@ -7,8 +7,8 @@ service that only waits on a slow callee shows no self-time shift. No I/O here.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -22,7 +22,7 @@ from opsagent.stats import safe_ratio
 MIN_SPANS = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpanTime:
     """One span's own time (total minus the union of its children) and whether its error began there."""
 
@@ -36,58 +36,118 @@ class SpanTime:
     children: int
 
 
-def span_times(spans: Sequence[Span]) -> list[SpanTime]:
-    """Each span's own time. The arithmetic runs over arrays (numpy), element by element in the same
-    IEEE operations as one span at a time, so the results are the same to the last bit; only a span
-    with two or more children walks their union in Python."""
-    n = len(spans)
-    if n == 0:
-        return []
-    start = np.fromiter((s.start_s for s in spans), dtype=np.float64, count=n)
-    duration_us = np.fromiter((s.duration_us for s in spans), dtype=np.float64, count=n)
-    end = start + duration_us / 1e6
-    error = [s.status == "error" for s in spans]
-    # a trace that repeats a span id gives every span of that id the same children, as the lookup by
-    # id always did
-    kids: dict[tuple[str, str], list[int]] = defaultdict(list)
-    failing_child: set[tuple[str, str]] = set()
-    for i, s in enumerate(spans):
-        if s.parent_id:
-            kids[(s.trace_id, s.parent_id)].append(i)
-            if error[i]:
-                failing_child.add((s.trace_id, s.parent_id))
-    keys = [(s.trace_id, s.span_id) for s in spans]
-    count = np.fromiter((len(kids.get(k, ())) for k in keys), dtype=np.int64, count=n)
+@dataclass(frozen=True, slots=True)
+class SpanTimes:
+    """Every span's own time, as columns: one array a field, the i-th entry of each about span i.
+    A million spans are eight arrays here, not a million objects; iterating yields :class:`SpanTime`."""
+
+    services: tuple[str, ...]  # the distinct service names; ``service[i]`` indexes them
+    operations: tuple[str, ...]
+    service: np.ndarray  # int64 codes into ``services``
+    operation: np.ndarray  # int64 codes into ``operations``
+    start: np.ndarray  # unix seconds
+    self_ms: np.ndarray
+    total_ms: np.ndarray
+    error: np.ndarray  # bool
+    origin_error: np.ndarray  # bool
+    children: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __iter__(self) -> Iterator[SpanTime]:
+        columns = (
+            self.service.tolist(),
+            self.operation.tolist(),
+            self.start.tolist(),
+            self.self_ms.tolist(),
+            self.total_ms.tolist(),
+            self.error.tolist(),
+            self.origin_error.tolist(),
+            self.children.tolist(),
+        )
+        for svc, op, st, sm, tm, e, o, c in zip(*columns, strict=True):
+            yield SpanTime(self.services[svc], self.operations[op], st, sm, tm, e, o, c)
+
+
+def _column(values: array[int] | array[float], dtype: type[np.generic]) -> np.ndarray:
+    return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)
+
+
+def span_times(spans: Iterable[Span]) -> SpanTimes:
+    """Each span's own time. ``spans`` is read once, into columns: a stream of spans (a generator over
+    a file) is never held whole, only a few numbers a span and the ids that link parents to children.
+
+    The arithmetic runs over arrays (numpy), element by element in the same IEEE operations as one
+    span at a time, so the results are the same to the last bit; only a span with two or more
+    children walks their union in Python."""
+    service_codes: dict[str, int] = {}
+    operation_codes: dict[str, int] = {}
+    # Each (trace, span id) a span has or names as its parent gets a code: a trace that repeats a
+    # span id gives every span of that id the same children, as the lookup by id always did.
+    codes: dict[tuple[str, str], int] = {}
+    service, operation, own, parent = array("q"), array("q"), array("q"), array("q")
+    duration_us, failed = array("d"), array("b")
+    # starts in unix ns, divided as one array at the end; once one is not (RFC 3339, or beyond
+    # int64), every start is its start_s, as one span at a time
+    ns: array[int] | None = array("q")
+    seconds: array[float] = array("d")
+    for s in spans:
+        service.append(service_codes.setdefault(s.service, len(service_codes)))
+        operation.append(operation_codes.setdefault(s.operation, len(operation_codes)))
+        own.append(codes.setdefault((s.trace_id, s.span_id), len(codes)))
+        parent.append(codes.setdefault((s.trace_id, s.parent_id), len(codes)) if s.parent_id else -1)
+        duration_us.append(s.duration_us)
+        failed.append(s.status == "error")
+        if ns is not None and type(s.start) is int:
+            try:
+                ns.append(s.start)
+                continue
+            except OverflowError:
+                pass
+        if ns is not None:
+            seconds = array("d", [v / 1e9 for v in ns])
+            ns = None
+        seconds.append(s.start_s)
+    n = len(own)
+    start = _column(ns, np.int64) / 1e9 if ns is not None else _column(seconds, np.float64)
+    duration = _column(duration_us, np.float64)
+    end = start + duration / 1e6
+    error = _column(failed, np.int8).astype(bool)
+    own_code, parent_code = _column(own, np.int64), _column(parent, np.int64)
+    child_idx = np.flatnonzero(parent_code >= 0)
+    # the children of each code, in span order: children[first[c] : first[c] + per_code[c]]
+    children = child_idx[np.argsort(parent_code[child_idx], kind="stable")]
+    per_code = np.bincount(parent_code[child_idx], minlength=len(codes))
+    first = np.concatenate(([0], np.cumsum(per_code)[:-1]))
+    count = per_code[own_code]
+    failing = np.zeros(len(codes), dtype=bool)
+    failing[parent_code[child_idx[error[child_idx]]]] = True
     covered = np.zeros(n)
     # one child: its interval clipped to the parent, as _union_length computes it
     single = np.flatnonzero(count == 1)
     if single.size:
-        child = np.fromiter((kids[keys[i]][0] for i in single), dtype=np.int64, count=single.size)
+        child = children[first[own_code[single]]]
         lo = np.where(start[single] > start[child], start[single], start[child])
         hi = np.where(end[single] < end[child], end[single], end[child])
         covered[single] = np.where(hi <= lo, 0.0, hi - lo)
     for i in np.flatnonzero(count > 1).tolist():
-        intervals = [(start[c], end[c]) for c in kids[keys[i]]]
+        at = first[own_code[i]]
+        intervals = [(start[c], end[c]) for c in children[at : at + count[i]]]
         covered[i] = _union_length(intervals, start[i], end[i])
-    own = end - start - covered
-    self_ms = np.where(own < 0.0, 0.0, own) * 1000
-    total_ms = duration_us / 1000
-    origin = [e and k not in failing_child for e, k in zip(error, keys, strict=True)]
-    return [
-        SpanTime(
-            service=s.service,
-            operation=s.operation,
-            start=st,
-            self_ms=sm,
-            total_ms=tm,
-            error=e,
-            origin_error=o,
-            children=c,
-        )
-        for s, st, sm, tm, e, o, c in zip(
-            spans, start.tolist(), self_ms.tolist(), total_ms.tolist(), error, origin, count.tolist(), strict=True
-        )
-    ]
+    left = end - start - covered
+    return SpanTimes(
+        services=tuple(service_codes),
+        operations=tuple(operation_codes),
+        service=_column(service, np.int64),
+        operation=_column(operation, np.int64),
+        start=start,
+        self_ms=np.where(left < 0.0, 0.0, left) * 1000,
+        total_ms=duration / 1000,
+        error=error,
+        origin_error=error & ~failing[own_code],
+        children=count,
+    )
 
 
 def trace_edges(spans: Sequence[Span]) -> list[Edge]:
@@ -108,66 +168,60 @@ def neighbours(edges: Sequence[Edge], service: str) -> tuple[list[str], list[str
     return callers, callees
 
 
-def trace_summary(
-    spans: Sequence[SpanTime], edges: Sequence[Edge], *, incident: Incident, service: str | None
-) -> TracesData:
+def trace_summary(spans: SpanTimes, edges: Sequence[Edge], *, incident: Incident, service: str | None) -> TracesData:
     """Per-service self-time shift, slowest operations, error spans, blocked parents."""
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     w0, w1 = unix(incident.onset), unix(incident.window.end)
-    wanted: set[str] | None = None
     callers, callees = neighbours(edges, service) if service else ([], [])
+    start = spans.start
+    in_base = (b0 <= start) & (start < b1)
+    in_win = ~in_base & (w0 <= start) & (start < w1)
     if service:
         wanted = {service, *callers, *callees}
-    base: dict[str, list[SpanTime]] = defaultdict(list)
-    win: dict[str, list[SpanTime]] = defaultdict(list)
-    for sp in spans:
-        if wanted is not None and sp.service not in wanted:
-            continue
-        if b0 <= sp.start < b1:
-            base[sp.service].append(sp)
-        elif w0 <= sp.start < w1:
-            win[sp.service].append(sp)
+        mine = np.isin(spans.service, [i for i, name in enumerate(spans.services) if name in wanted])
+        in_base &= mine
+        in_win &= mine
+    base, win = _by_code(spans.service, in_base), _by_code(spans.service, in_win)
     services = []
-    for name in sorted(set(base) | set(win)):
-        bs, ws = base.get(name, []), win.get(name, [])
-        self_b = _p50([s.self_ms for s in bs])
-        self_w = _p50([s.self_ms for s in ws])
+    for code in sorted(base.keys() | win.keys(), key=spans.services.__getitem__):
+        bi, wi = base.get(code, _NONE), win.get(code, _NONE)
+        self_bs, self_ws = spans.self_ms[bi].tolist(), spans.self_ms[wi].tolist()
+        total_bs, total_ws = spans.total_ms[bi].tolist(), spans.total_ms[wi].tolist()
+        self_b = _p50(self_bs)
+        self_w = _p50(self_ws)
         services.append(
             ServiceSpanStats(
-                service=name,
-                spans_baseline=len(bs),
-                spans_window=len(ws),
+                service=spans.services[code],
+                spans_baseline=len(bi),
+                spans_window=len(wi),
                 self_ms_baseline=self_b,
                 self_ms_window=self_w,
                 # A handful of sampled spans says nothing about a shift.
                 self_shift=safe_ratio(self_w, max(self_b, 0.05))
-                if self_b is not None and len(bs) >= MIN_SPANS and len(ws) >= MIN_SPANS
+                if self_b is not None and len(bi) >= MIN_SPANS and len(wi) >= MIN_SPANS
                 else None,
-                total_ms_baseline=_p50([s.total_ms for s in bs]),
-                total_ms_window=_p50([s.total_ms for s in ws]),
-                tail_total_shift=_tail_shift([s.total_ms for s in bs], [s.total_ms for s in ws]),
-                tail_self_shift=_tail_shift([s.self_ms for s in bs], [s.self_ms for s in ws]),
-                errors_baseline=sum(s.error for s in bs),
-                errors_window=sum(s.error for s in ws),
-                origin_errors_baseline=sum(s.origin_error for s in bs),
-                origin_errors_window=sum(s.origin_error for s in ws),
-                fanout_shift=_fanout_shift(bs, ws),
+                total_ms_baseline=_p50(total_bs),
+                total_ms_window=_p50(total_ws),
+                tail_total_shift=_tail_shift(total_bs, total_ws),
+                tail_self_shift=_tail_shift(self_bs, self_ws),
+                errors_baseline=int(np.count_nonzero(spans.error[bi])),
+                errors_window=int(np.count_nonzero(spans.error[wi])),
+                origin_errors_baseline=int(np.count_nonzero(spans.origin_error[bi])),
+                origin_errors_window=int(np.count_nonzero(spans.origin_error[wi])),
+                fanout_shift=_fanout_shift(spans.children[bi].tolist(), spans.children[wi].tolist()),
             )
         )
-    ops: dict[tuple[str, str], list[SpanTime]] = defaultdict(list)
-    for name, spans_of in win.items():
-        for sp in spans_of:
-            ops[(name, sp.operation)].append(sp)
+    n_ops = max(len(spans.operations), 1)
     slowest = sorted(
         (
             OperationStats(
-                service=svc,
-                operation=op,
-                p95_ms=round(_pct([s.total_ms for s in group], 0.95), 2),
-                self_p95_ms=round(_pct([s.self_ms for s in group], 0.95), 2),
+                service=spans.services[key // n_ops],
+                operation=spans.operations[key % n_ops],
+                p95_ms=round(_pct(spans.total_ms[group].tolist(), 0.95), 2),
+                self_p95_ms=round(_pct(spans.self_ms[group].tolist(), 0.95), 2),
                 count=len(group),
             )
-            for (svc, op), group in ops.items()
+            for key, group in _by_code(spans.service * n_ops + spans.operation, in_win).items()
         ),
         key=lambda o: (-o.self_p95_ms, o.service, o.operation),
     )[:5]
@@ -191,14 +245,27 @@ def trace_summary(
     )
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _by_code(codes: np.ndarray, where: np.ndarray) -> dict[int, np.ndarray]:
+    """The indices of the selected spans, grouped by code, each group in span order."""
+    picked = np.flatnonzero(where)
+    if not picked.size:
+        return {}
+    ordered = picked[np.argsort(codes[picked], kind="stable")]
+    keys, first = np.unique(codes[ordered], return_index=True)
+    return dict(zip(keys.tolist(), np.split(ordered, first[1:]), strict=True))
+
+
 def _p50(values: list[float]) -> float | None:
     return round(median(values), 3) if values else None
 
 
-def _fanout_shift(base: list[SpanTime], window: list[SpanTime]) -> float | None:
+def _fanout_shift(base: list[int], window: list[int]) -> float | None:
     """Child calls per span that has any, window against baseline."""
-    b = [s.children for s in base if s.children]
-    w = [s.children for s in window if s.children]
+    b = [c for c in base if c]
+    w = [c for c in window if c]
     if len(b) < MIN_SPANS or len(w) < MIN_SPANS:
         return None
     return safe_ratio(sum(w) / len(w), sum(b) / len(b))
