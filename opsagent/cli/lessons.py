@@ -202,9 +202,11 @@ def feedback_cmd(
                 first_checks=first_checks,
                 now=datetime.now(UTC),
             )
-        except StoreError as exc:
+        except (StoreError, ValueError) as exc:
             fail(str(exc))
     out.print(f"recorded: {incident_id} was {'right' if correct else 'wrong'}")
+    if done.taught:
+        out.print(f"taught the environment: {', '.join(done.taught)}", soft_wrap=True)
     if correct or root_cause is None:
         return
     if done.misled:
