@@ -2,6 +2,7 @@
 generalisation, and reflection against naive retries.
 
     python benchmarks/lessons_bench.py --history [--shared ../shared/datasets] [--sets nezha-tt,...]
+    python benchmarks/lessons_bench.py --size [--lessons 1000]
     python benchmarks/lessons_bench.py [fixtures/incidents] [--heldout DIR] [--attempts K]
 
 ``--history``: each development set (``nezha-tt``, ``nezha-ob``, ``changerca`` of rca-dev, and
@@ -11,7 +12,13 @@ set, then its truth teaches; beside it the same incident without lessons. Per se
 kind: AC@1, kind, confirmed precision (the confirmed root cause names the true component; n in
 brackets), with and without; the lessons stored at the end, and the retrieval time per
 investigation (from triage done to lessons recalled, on the investigation's own events). Where a set
-spans several days, a split too: learn on the first day, test on the others with the lessons frozen.
+spans two or three days, a split too: learn on the first day, test on the others with the lessons
+frozen.
+
+``--size``: the time an investigation spends recalling lessons (the retrieval of lessons about refuted
+kinds, and the environment memory's calibration and prior over every component) with N lessons
+stored (1,000 by default: a third each about refuted kinds, past causes and usual evidence), over
+the components and evidence of the recorded order-service incident.
 
 1. Repeat incident: the order-service incident replayed twice with lessons on (steps, tool calls,
    the second run's first action against the lesson's next action).
@@ -36,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from statistics import median
 
@@ -44,15 +52,17 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from opsagent.environment import EnvironmentMemory  # noqa: E402
 from opsagent.fixtures import Truth, load  # noqa: E402
-from opsagent.lessons import InMemoryLessons, concrete  # noqa: E402
+from opsagent.lessons import InMemoryLessons, concrete, finalised, retrieve  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
 from opsagent.loop import Event, Recalled, Triaged  # noqa: E402
-from opsagent.models import Report  # noqa: E402
+from opsagent.models import Action, Citation, Lesson, LessonTrigger, Report  # noqa: E402
 from opsagent.pipeline import investigate_fixture, investigate_recording, load_default_playbooks  # noqa: E402
 from opsagent.playbooks import Playbook  # noqa: E402
 from opsagent.reasoner import PlaybookReasoner  # noqa: E402
 from opsagent.scoreboard import IncidentScore, Scoreboard, fixture_dirs, learn_from, replay, score  # noqa: E402
+from opsagent.triage import ComponentProfile, Triage  # noqa: E402
 
 #: The development sets, under the shared data directory.
 HISTORY_SETS = {
@@ -353,6 +363,75 @@ async def history_main(shared: Path, sets: Sequence[str]) -> None:
         print("\n".join(changed))
 
 
+# ---------------------------------------------------------------- size
+
+
+def synthetic_lessons(n: int, report: Report) -> list[Lesson]:
+    """``n`` distinct lessons over the report's environment: refuted kinds, past causes, usual evidence."""
+    assert report.situation is not None
+    situation = report.situation
+    components = situation.components
+    features = sorted({f for per in situation.evidence.values() for f in per}) or ["signal:latency_p99:up"]
+    start = report.incident.window.end
+    out: list[Lesson] = []
+    for i in range(n):
+        c = components[i % len(components)]
+        f = features[i % len(features)]
+        base = dict(
+            trigger=LessonTrigger(
+                symptom=situation.symptom, condition=f"{f} on {c}", signals=[f], alert=f"Alert{i}@{c}"
+            ),
+            refuting_evidence=[Citation(observation_id=f"o-{i}", value=f"{f} {i % 5}.0 on {c}")],
+            next_action=Action(tool="logs.summary", args={"service": c}),
+            refuted_kind=["cpu_saturation", "code_exception", "network_degradation"][i % 3],
+            services=[c],
+            source_incident=f"inc-{i}",
+            created_at=start - timedelta(minutes=i),
+            environment=components,
+            component=c,
+        )
+        teaches = ("refuted", "culprit", "usual")[i % 3]
+        extra = {"feature": f"{f}#{i}", "strength": 1.0, "count": 3} if teaches == "usual" else {}
+        lesson = Lesson.model_validate({**base, "teaches": teaches, **extra})
+        if teaches == "refuted":  # its own trigger, so that near-duplicates do not merge
+            lesson = lesson.model_copy(
+                update={"trigger": lesson.trigger.model_copy(update={"signals": [f, f"log:template-{i}"]})}
+            )
+        out.append(finalised(lesson))
+    return out
+
+
+def size(count: int, corpus: Path, repeats: int = 20) -> None:
+    configure(level="error")
+    report, _ = asyncio.run(investigate_fixture(corpus / ORDER))
+    assert report.situation is not None
+    lessons = synthetic_lessons(count, report)
+    distinct = len({le.id for le in lessons})
+    found = Triage(
+        graph=[],
+        components=[
+            ComponentProfile(component=c, own=1.0, score=1.0, reachable=True, features=dict(f))
+            for c, f in sorted(report.situation.evidence.items())
+        ],
+        observation_ids=[],
+        source_kinds=[],
+    )
+    components = report.situation.components
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        retrieve(lessons, report.incident, found)
+        memory = EnvironmentMemory.of(lessons, report.incident)
+        features = {p.component: dict(p.features) for p in found.components}
+        memory.calibrate(features, components)
+        memory.prior({p.component: p.score for p in found.components}, components)
+        times.append((time.perf_counter() - started) * 1000)
+    print(
+        f"{distinct} lessons stored ({len(components)} components): recall p50 {median(times):.2f} ms, "
+        f"max {max(times):.2f} ms over {repeats} investigations (target < 50 ms)"
+    )
+
+
 def heldout_dir(given: Path | None) -> Path:
     if given is not None:
         return given
@@ -382,8 +461,12 @@ if __name__ == "__main__":
     parser.add_argument("--history", action="store_true", help="the development sets in time order")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "datasets")
     parser.add_argument("--sets", default=",".join(HISTORY_SETS), help="with --history: which sets")
+    parser.add_argument("--size", action="store_true", help="recall time with --lessons lessons stored")
+    parser.add_argument("--lessons", type=int, default=1000)
     args = parser.parse_args()
-    if args.history:
+    if args.size:
+        size(args.lessons, args.corpus)
+    elif args.history:
         chosen = [s for s in args.sets.split(",") if s]
         unknown = [s for s in chosen if s not in HISTORY_SETS]
         if unknown:

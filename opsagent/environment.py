@@ -143,19 +143,18 @@ def contradictions(lessons: Iterable[Lesson]) -> list[tuple[Lesson, Lesson]]:
     """Pairs that contradict each other: evidence said to be usual on a component, which the same
     component showed when it was the cause behind the same alert. Neither is dropped; the usual
     level stops acting on that evidence (:meth:`EnvironmentMemory.calibrate`)."""
-    causes = [le for le in lessons if le.teaches == "culprit" and le.component]
-    out = []
+    lessons = list(lessons)
+    causes: dict[tuple[str | None, str | None], list[Lesson]] = {}
     for le in lessons:
-        if le.teaches != "usual" or not le.component:
-            continue
-        for cause in causes:
-            if (
-                cause.component == le.component
-                and cause.trigger.alert == le.trigger.alert
-                and f"{le.component}/{le.feature}" in cause.trigger.signals
-            ):
-                out.append((le, cause))
-    return out
+        if le.teaches == "culprit" and le.component:
+            causes.setdefault((le.component, le.trigger.alert), []).append(le)
+    return [
+        (le, cause)
+        for le in lessons
+        if le.teaches == "usual" and le.component
+        for cause in causes.get((le.component, le.trigger.alert), [])
+        if f"{le.component}/{le.feature}" in cause.trigger.signals
+    ]
 
 
 def taught(
