@@ -195,7 +195,7 @@ def taught(
             ),
             refuting_evidence=cited,
             next_action=remedy,
-            refuted_kind=kind,
+            refuted_kind="",  # it refuted nothing: the kind it was is in its condition
             services=[cause],
             source_incident=incident_id,
             created_at=now,
@@ -226,7 +226,7 @@ def taught(
                         Citation(observation_id=obs, value=f"{f} {m:.2f} on {c} — yet the cause was {kind} on {cause}")
                     ],
                     next_action=remedy,
-                    refuted_kind=kind,
+                    refuted_kind="",
                     services=[c],
                     source_incident=incident_id,
                     created_at=now,
@@ -394,7 +394,7 @@ class EnvironmentMemory:
                     effects=[e.why for e in mine],
                     lowered=sorted({f"{e.component}/*" for e in mine if e.effect == "lowered"}),
                     raised=sorted({e.component for e in mine if e.effect == "raised"}),
-                    refuted_kind=le.refuted_kind,
+                    refuted_kind=None,
                     source_incident=le.source_incident,
                     refutation=list(le.refuting_evidence),
                 )

@@ -38,7 +38,7 @@ def _lesson_yaml(lesson: Lesson) -> str:
 def _what(le: Lesson) -> str:
     """What a lesson is about: the kind it refuted, or what it taught about its environment."""
     if le.teaches == "culprit":
-        return f"cause behind {le.trigger.alert}: {le.component} ({le.refuted_kind})"
+        return f"cause behind {le.trigger.alert}: {le.component}"
     if le.teaches == "usual":
         return f"usual on {le.component}: {le.feature} up to {le.strength}"
     return le.refuted_kind
