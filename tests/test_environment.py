@@ -17,6 +17,7 @@ from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
 from opsagent.store import Store, StoreLocation
+from opsagent.triage import ComponentProfile, Triage
 from tests.conftest import ORDER_INCIDENT
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -159,19 +160,16 @@ def test_old_lessons_are_forgotten_and_each_alert_keeps_at_most_its_cap(monkeypa
 
 
 def test_environment_lessons_stay_out_of_the_retrieval_of_refuted_kinds() -> None:
-    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT))
-    assert retrieve(learned(2), report.incident, _triage_of(report)) == []
-
-
-def _triage_of(report):  # type: ignore[no-untyped-def]
-    from opsagent.triage import ComponentProfile, Triage
-
-    return Triage(
+    found = Triage(
         graph=[],
-        components=[ComponentProfile(component=c, own=1.0, score=1.0, reachable=True, features={}) for c in SYSTEM],
+        components=[
+            ComponentProfile(component=c, own=1.0, score=1.0, reachable=True, features={"log:new_errors": 4.0})
+            for c in SYSTEM
+        ],
         observation_ids=[],
         source_kinds=[],
     )
+    assert retrieve(learned(2), incident(), found) == []
 
 
 def test_a_replay_with_truth_teaches_the_environment_and_the_next_report_shows_what_it_did() -> None:
