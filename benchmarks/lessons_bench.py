@@ -1,6 +1,24 @@
-"""What lessons are worth: repeat incidents, generalisation, and reflection against naive retries.
+"""What lessons are worth: a system's incident history in time order, repeat incidents,
+generalisation, and reflection against naive retries.
 
+    python benchmarks/lessons_bench.py --history [--shared ../shared/datasets] [--sets nezha-tt,...]
+    python benchmarks/lessons_bench.py --size [--lessons 1000]
     python benchmarks/lessons_bench.py [fixtures/incidents] [--heldout DIR] [--attempts K]
+
+``--history``: each development set (``nezha-tt``, ``nezha-ob``, ``changerca`` of rca-dev, and
+``cloudopsbench-dev``) replayed in time order (the alert's start), the way a team meets its
+incidents: each incident is investigated with the lessons learned from every earlier incident of the
+set, then its truth teaches; beside it the same incident without lessons. Per set and per fault
+kind: AC@1, kind, confirmed precision (the confirmed root cause names the true component; n in
+brackets), with and without; the lessons stored at the end, and the retrieval time per
+investigation (from triage done to lessons recalled, on the investigation's own events). Where a set
+spans two or three days, a split too: learn on the first day, test on the others with the lessons
+frozen.
+
+``--size``: the time an investigation spends recalling lessons (the retrieval of lessons about refuted
+kinds, and the environment memory's calibration and prior over every component) with N lessons
+stored (1,000 by default: a third each about refuted kinds, past causes and usual evidence), over
+the components and evidence of the recorded order-service incident.
 
 1. Repeat incident: the order-service incident replayed twice with lessons on (steps, tool calls,
    the second run's first action against the lesson's next action).
@@ -22,15 +40,39 @@ import asyncio
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+from statistics import median
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from opsagent.lessons import InMemoryLessons, concrete  # noqa: E402
+from opsagent.environment import EnvironmentMemory  # noqa: E402
+from opsagent.fixtures import Truth, load  # noqa: E402
+from opsagent.lessons import InMemoryLessons, concrete, finalised, retrieve  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
-from opsagent.pipeline import investigate_fixture, load_default_playbooks  # noqa: E402
-from opsagent.scoreboard import Scoreboard, fixture_dirs, replay  # noqa: E402
+from opsagent.loop import Event, Recalled, Triaged  # noqa: E402
+from opsagent.models import Action, Citation, Lesson, LessonTrigger, Report  # noqa: E402
+from opsagent.pipeline import investigate_fixture, investigate_recording, load_default_playbooks  # noqa: E402
+from opsagent.playbooks import Playbook  # noqa: E402
+from opsagent.reasoner import PlaybookReasoner  # noqa: E402
+from opsagent.scoreboard import IncidentScore, Scoreboard, fixture_dirs, learn_from, replay, score  # noqa: E402
+from opsagent.triage import ComponentProfile, Triage  # noqa: E402
+
+#: The development sets, under the shared data directory.
+HISTORY_SETS = {
+    "nezha-tt": "rca-dev/nezha-tt",
+    "nezha-ob": "rca-dev/nezha-ob",
+    "changerca": "rca-dev/changerca",
+    "cloudopsbench-dev": "cloudopsbench-dev",
+}
+#: A fault kind is shown on its own row from this many incidents (the issue's target counts those).
+KIND_ROW_MIN = 5
 
 ORDER = "order-service-threadpool-config"
 
@@ -127,6 +169,269 @@ async def retries(corpus: Path, attempts: int) -> None:
         print(f"{k:>10} {formula:>10.3f} {len(solved_plain) / n:>12.3f} {with_lessons:>13.3f}")
 
 
+# ---------------------------------------------------------------- a system's history, in time order
+
+
+def in_time_order(directory: Path) -> list[Path]:
+    """The recorded incidents of a set by their alert's start (the header alone is read here)."""
+    starts = []
+    for d in fixture_dirs(directory):
+        header = yaml.safe_load((d / "incident.yaml").read_text())
+        starts.append((str(header["alert"]["startsAt"]), d.name, d))
+    return [d for _, _, d in sorted(starts)]
+
+
+def days(ordered: Sequence[Path]) -> list[str]:
+    """The distinct days the incidents' alerts started on."""
+    out = []
+    for d in ordered:
+        start = str(yaml.safe_load((d / "incident.yaml").read_text())["alert"]["startsAt"])[:10]
+        if start not in out:
+            out.append(start)
+    return out
+
+
+class RecallTimer:
+    """Listens to an investigation: the time from triage done to lessons recalled is retrieval."""
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self._triaged = 0.0
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Triaged):
+            self._triaged = time.perf_counter()
+        elif isinstance(event, Recalled):
+            self.ms.append((time.perf_counter() - self._triaged) * 1000)
+
+
+@dataclass
+class Paired:
+    """One incident, investigated without and with the lessons of the incidents before it."""
+
+    slug: str
+    day: str
+    truth: Truth
+    off: IncidentScore
+    on: IncidentScore
+    on_report: Report
+
+
+@dataclass
+class History:
+    name: str
+    cases: list[Paired] = field(default_factory=list)
+    lessons: int = 0
+    retrieval_ms: list[float] = field(default_factory=list)
+    split: list[tuple[IncidentScore, IncidentScore]] = field(default_factory=list)
+    split_days: str = ""
+
+
+def ac1(scores: Sequence[IncidentScore]) -> float:
+    return sum(s.hit1 for s in scores) / len(scores) if scores else 0.0
+
+
+def kind_share(scores: Sequence[IncidentScore]) -> float:
+    return sum(s.kind_hit for s in scores) / len(scores) if scores else 0.0
+
+
+def confirmed_precision(scores: Sequence[IncidentScore]) -> str:
+    """The share of confirmed verdicts whose root cause is the true component (n in brackets)."""
+    confirmed = [s for s in scores if s.status == "confirmed"]
+    if not confirmed:
+        return "-"
+    right = sum(1 for s in confirmed if s.top and s.top[0][0] == s.truth_service)
+    return f"{right / len(confirmed):.3f} ({len(confirmed)})"
+
+
+async def history(name: str, directory: Path, books: Sequence[Playbook]) -> History:
+    """Replay a set in time order, with and without lessons; then the day split where it has days."""
+    first_checks = PlaybookReasoner(books).first_checks()
+    memory = InMemoryLessons()
+    timer = RecallTimer()
+    out = History(name)
+    ordered = in_time_order(directory)
+    # a split by day where a set spans two or three (a longer history is learned in time order only)
+    split = 2 <= len(days(ordered)) <= 3
+    frozen: InMemoryLessons | None = None
+    first_day = ""
+    for d in ordered:
+        recording, truth = load(d)
+        assert truth is not None, f"{d}: no truth to score against"
+        day = recording.alert.starts_at.date().isoformat()
+        if not first_day:
+            first_day = day
+        if frozen is None and day != first_day and split:  # the lessons of the first day, as they stood at its end
+            frozen = InMemoryLessons(memory.lessons())
+        off_report = await investigate_recording(recording, playbooks=books)
+        on_report = await investigate_recording(recording, playbooks=books, lessons=memory.lessons(), listener=timer)
+        off, on = score(d.name, off_report, truth), score(d.name, on_report, truth)
+        learn_from(memory, on_report, truth, on, first_checks=first_checks)
+        out.cases.append(Paired(d.name, day, truth, off, on, on_report.model_copy(update={"observations": []})))
+        if frozen is not None:
+            split_report = await investigate_recording(recording, playbooks=books, lessons=frozen.lessons())
+            out.split.append((off, score(d.name, split_report, truth)))
+    out.lessons = len(memory.lessons())
+    out.retrieval_ms = timer.ms
+    if frozen is not None:
+        out.split_days = f"learn on {first_day}, test on {len(out.split)} later incidents"
+    return out
+
+
+def history_tables(runs: Sequence[History]) -> list[str]:
+    lines = [
+        f"{'set':<18} {'n':>4} {'AC@1 off':>8} {'AC@1 on':>8} {'kind off':>8} {'kind on':>8} "
+        f"{'confirmed prec. off':>20} {'confirmed prec. on':>20} {'lessons':>7} {'recall p50/max ms':>18}"
+    ]
+    for h in runs:
+        off = [c.off for c in h.cases]
+        on = [c.on for c in h.cases]
+        ms = f"{median(h.retrieval_ms):.2f}/{max(h.retrieval_ms):.2f}" if h.retrieval_ms else "-"
+        lines.append(
+            f"{h.name:<18} {len(h.cases):>4} {ac1(off):>8.3f} {ac1(on):>8.3f} {kind_share(off):>8.3f} "
+            f"{kind_share(on):>8.3f} {confirmed_precision(off):>20} {confirmed_precision(on):>20} {h.lessons:>7} "
+            f"{ms:>18}"
+        )
+    if runs:
+        off_mean = sum(ac1([c.off for c in h.cases]) for h in runs) / len(runs)
+        on_mean = sum(ac1([c.on for c in h.cases]) for h in runs) / len(runs)
+        lines.append(
+            f"{'mean over sets':<18} {'':>4} {off_mean:>8.3f} {on_mean:>8.3f}  (on - off {on_mean - off_mean:+.3f})"
+        )
+    lines += [
+        "",
+        f"{'set':<18} {'fault kind':<26} {'n':>4} {'AC@1 off':>8} {'AC@1 on':>8} {'kind off':>8} {'kind on':>8}",
+    ]
+    for h in runs:
+        kinds: dict[str, list[Paired]] = {}
+        for c in h.cases:
+            kinds.setdefault(c.truth.kind, []).append(c)
+        for kind, cases in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            if len(cases) < KIND_ROW_MIN:
+                continue
+            off = [c.off for c in cases]
+            on = [c.on for c in cases]
+            lines.append(
+                f"{h.name:<18} {kind:<26} {len(cases):>4} {ac1(off):>8.3f} {ac1(on):>8.3f} "
+                f"{kind_share(off):>8.3f} {kind_share(on):>8.3f}"
+            )
+    split = [h for h in runs if h.split]
+    if split:
+        lines += [
+            "",
+            f"{'day split':<18} {'':<44} {'n':>4} {'AC@1 off':>8} {'AC@1 on':>8} {'kind off':>8} {'kind on':>8}",
+        ]
+        for h in split:
+            off = [a for a, _ in h.split]
+            on = [b for _, b in h.split]
+            lines.append(
+                f"{h.name:<18} {h.split_days:<44} {len(h.split):>4} {ac1(off):>8.3f} {ac1(on):>8.3f} "
+                f"{kind_share(off):>8.3f} {kind_share(on):>8.3f}"
+            )
+    return lines
+
+
+def history_changes(runs: Sequence[History]) -> list[str]:
+    """Every incident whose top suspect lessons changed, and what changed it (for review)."""
+    lines = []
+    for h in runs:
+        for c in h.cases:
+            if c.off.hit1 == c.on.hit1:
+                continue
+            verb = "now right" if c.on.hit1 else "now WRONG"
+            effects = "; ".join(e for u in c.on_report.lessons_used for e in u.effects if u.acted)
+            lines.append(
+                f"{h.name} {c.slug}: {verb} (truth {c.truth.target}; off {c.off.top[0][0] if c.off.top else '-'}, "
+                f"on {c.on.top[0][0] if c.on.top else '-'}) {effects[:300]}"
+            )
+    return lines
+
+
+async def history_main(shared: Path, sets: Sequence[str]) -> None:
+    configure(level="error")
+    books = load_default_playbooks()
+    runs = []
+    for name in sets:
+        directory = shared / HISTORY_SETS[name]
+        if not directory.is_dir():
+            raise SystemExit(f"{directory}: not found (the development sets live under ../shared/datasets)")
+        runs.append(await history(name, directory, books))
+    print("\n".join(history_tables(runs)))
+    changed = history_changes(runs)
+    if changed:
+        print("\nIncidents whose top suspect the lessons changed:")
+        print("\n".join(changed))
+
+
+# ---------------------------------------------------------------- size
+
+
+def synthetic_lessons(n: int, report: Report) -> list[Lesson]:
+    """``n`` distinct lessons over the report's environment: refuted kinds, past causes, usual evidence."""
+    assert report.situation is not None
+    situation = report.situation
+    components = situation.components
+    features = sorted({f for per in situation.evidence.values() for f in per}) or ["signal:latency_p99:up"]
+    start = report.incident.window.end
+    out: list[Lesson] = []
+    for i in range(n):
+        c = components[i % len(components)]
+        f = features[i % len(features)]
+        base = dict(
+            trigger=LessonTrigger(
+                symptom=situation.symptom, condition=f"{f} on {c}", signals=[f], alert=f"Alert{i}@{c}"
+            ),
+            refuting_evidence=[Citation(observation_id=f"o-{i}", value=f"{f} {i % 5}.0 on {c}")],
+            next_action=Action(tool="logs.summary", args={"service": c}),
+            refuted_kind=["cpu_saturation", "code_exception", "network_degradation"][i % 3],
+            services=[c],
+            source_incident=f"inc-{i}",
+            created_at=start - timedelta(minutes=i),
+            environment=components,
+            component=c,
+        )
+        teaches = ("refuted", "culprit", "usual")[i % 3]
+        extra = {"feature": f"{f}#{i}", "strength": 1.0, "count": 3} if teaches == "usual" else {}
+        lesson = Lesson.model_validate({**base, "teaches": teaches, **extra})
+        if teaches == "refuted":  # its own trigger, so that near-duplicates do not merge
+            lesson = lesson.model_copy(
+                update={"trigger": lesson.trigger.model_copy(update={"signals": [f, f"log:template-{i}"]})}
+            )
+        out.append(finalised(lesson))
+    return out
+
+
+def size(count: int, corpus: Path, repeats: int = 20) -> None:
+    configure(level="error")
+    report, _ = asyncio.run(investigate_fixture(corpus / ORDER))
+    assert report.situation is not None
+    lessons = synthetic_lessons(count, report)
+    distinct = len({le.id for le in lessons})
+    found = Triage(
+        graph=[],
+        components=[
+            ComponentProfile(component=c, own=1.0, score=1.0, reachable=True, features=dict(f))
+            for c, f in sorted(report.situation.evidence.items())
+        ],
+        observation_ids=[],
+        source_kinds=[],
+    )
+    components = report.situation.components
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        retrieve(lessons, report.incident, found)
+        memory = EnvironmentMemory.of(lessons, report.incident)
+        features = {p.component: dict(p.features) for p in found.components}
+        memory.calibrate(features, components)
+        memory.prior({p.component: p.score for p in found.components}, components)
+        times.append((time.perf_counter() - started) * 1000)
+    print(
+        f"{distinct} lessons stored ({len(components)} components): recall p50 {median(times):.2f} ms, "
+        f"max {max(times):.2f} ms over {repeats} investigations (target < 50 ms)"
+    )
+
+
 def heldout_dir(given: Path | None) -> Path:
     if given is not None:
         return given
@@ -153,5 +458,19 @@ if __name__ == "__main__":
     parser.add_argument("corpus", nargs="?", type=Path, default=ROOT / "fixtures" / "incidents")
     parser.add_argument("--heldout", type=Path, default=None)
     parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--history", action="store_true", help="the development sets in time order")
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "datasets")
+    parser.add_argument("--sets", default=",".join(HISTORY_SETS), help="with --history: which sets")
+    parser.add_argument("--size", action="store_true", help="recall time with --lessons lessons stored")
+    parser.add_argument("--lessons", type=int, default=1000)
     args = parser.parse_args()
-    asyncio.run(main(args.corpus, args.heldout, args.attempts))
+    if args.size:
+        size(args.lessons, args.corpus)
+    elif args.history:
+        chosen = [s for s in args.sets.split(",") if s]
+        unknown = [s for s in chosen if s not in HISTORY_SETS]
+        if unknown:
+            parser.error(f"unknown set(s) {', '.join(unknown)}; one of {', '.join(HISTORY_SETS)}")
+        asyncio.run(history_main(args.shared, chosen))
+    else:
+        asyncio.run(main(args.corpus, args.heldout, args.attempts))

@@ -13,7 +13,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from opsagent.lessons import from_feedback, misled_by, root_cause_parts, rule_check
+from opsagent.lessons import (
+    about_environment,
+    from_feedback,
+    learn_environment,
+    misled_by,
+    root_cause_parts,
+    rule_check,
+)
 from opsagent.models import Action, Lesson, Report
 from opsagent.store import Store
 
@@ -48,6 +55,11 @@ class FeedbackOutcome(BaseModel):
     misled: list[str] = Field(default_factory=list, description="lessons counted as misleading")
     lesson: Lesson | None = Field(default=None, description="the lesson the correction became")
     no_lesson: str | None = Field(default=None, description="why a correction became no lesson")
+    taught: list[str] = Field(
+        default_factory=list,
+        description="environment lessons written or merged (the cause behind the alert, the evidence usual on "
+        "innocent suspects), as a replay with truth writes them",
+    )
 
 
 def apply_feedback(
@@ -60,27 +72,37 @@ def apply_feedback(
     now: datetime,
 ) -> FeedbackOutcome:
     """Record the verdict; raises :class:`~opsagent.store.StoreError` for an unknown incident and
-    ValueError for a root cause that is not ``service/kind`` (before anything is written)."""
+    ValueError for a root cause that is not ``service/kind``, or names a component the investigation
+    did not know of (before anything is written). A verdict teaches the environment what a replay
+    with truth teaches it (:func:`opsagent.lessons.about_environment`)."""
     if root_cause is not None:
         service, kind = root_cause_parts(root_cause, kinds=first_checks)
         root_cause = f"{service}/{kind}"
     record = memory.investigation(incident_id)
     report = memory.report(incident_id)
+    if root_cause is not None:
+        known_component(report, root_cause.partition("/")[0])
     memory.record_feedback(incident_id, correct=correct, root_cause=root_cause)
     outcome = FeedbackOutcome(incident_id=incident_id, correct=correct, root_cause=root_cause)
+    top = report.suspects[0].component if report.suspects else None
     if correct:  # a lesson that lowered the conclusion the engineer confirms misled, however it ended
         rc = report.root_cause
-        misled = misled_by(report.lessons_used, rc.component, rc.kind) if rc is not None else []
+        misled = misled_by(report.lessons_used, rc.component, rc.kind, top=top) if rc is not None else []
         memory.count_use([i for i in record.lessons_used if i not in misled], counter="helped")
         memory.count_use(misled, counter="misled")
-        return outcome.model_copy(update={"misled": misled})
+        outcome = outcome.model_copy(update={"misled": misled})
+        if rc is None:
+            return outcome
+        return outcome.model_copy(update={"taught": _teach(memory, report, rc.component, rc.kind, now, first_checks)})
     if root_cause is None:
         return outcome
     service, _, kind = root_cause.partition("/")
-    misled = misled_by(report.lessons_used, service, kind)
+    misled = misled_by(report.lessons_used, service, kind, top=top)
     if misled:
         memory.count_use(misled, counter="misled")
-    outcome = outcome.model_copy(update={"misled": misled})
+    outcome = outcome.model_copy(
+        update={"misled": misled, "taught": _teach(memory, report, service, kind, now, first_checks)}
+    )
     try:
         lesson = from_feedback(report, root_cause, now, first_checks=first_checks)
     except ValueError as exc:
@@ -89,3 +111,22 @@ def apply_feedback(
         return outcome.model_copy(update={"no_lesson": "the report has no conclusion to correct"})
     memory.upsert_lesson(lesson)
     return outcome.model_copy(update={"lesson": lesson})
+
+
+def known_component(report: Report, service: str) -> None:
+    """A ValueError when the investigation knew of no such component (a typo, another system): what
+    is learned from the verdict would act on the wrong environment."""
+    known = set(report.situation.components) if report.situation is not None else set()
+    known |= {s.component for s in report.suspects} | set(report.incident.services)
+    if service not in known:
+        near = ", ".join(sorted(known)[:12]) + (" …" if len(known) > 12 else "")
+        raise ValueError(f"{service!r} is not a component of investigation {report.incident.id} (it knew of: {near})")
+
+
+def _teach(
+    memory: Store, report: Report, cause: str, kind: str, now: datetime, first_checks: Mapping[str, Action]
+) -> list[str]:
+    """What the verdict teaches the environment, exactly as a replay with truth would teach it."""
+    taught = about_environment(report, cause, kind, now, first_checks=first_checks)
+    learn_environment(memory, taught, now=now)
+    return [le.id for le in taught]

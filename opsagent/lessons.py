@@ -18,6 +18,8 @@ from typing import Literal, Protocol
 
 from pydantic import ValidationError
 
+from opsagent import environment
+from opsagent.environment import taught
 from opsagent.fixtures import Truth
 from opsagent.models import (
     Action,
@@ -71,10 +73,12 @@ def problems(lesson: Lesson) -> list[str]:
         out.append("no refuting evidence cited")
     if not lesson.trigger.signals and not lesson.trigger.condition.strip():
         out.append("no trigger")
-    return out
+    return out + environment.problems(lesson)
 
 
 def finalised(lesson: Lesson) -> Lesson:
+    if lesson.teaches != "refuted":
+        return lesson.model_copy(update={"id": environment.identity(lesson)})
     return lesson.model_copy(update={"id": lesson_id(lesson.refuted_kind, lesson.trigger.signals, lesson.next_action)})
 
 
@@ -164,6 +168,48 @@ def from_truth(report: Report, truth: Truth, now: datetime, *, first_checks: Map
     return out
 
 
+def about_environment(
+    report: Report, cause: str, kind: str, now: datetime, *, first_checks: Mapping[str, Action]
+) -> list[Lesson]:
+    """What an incident whose cause is known teaches its environment (:func:`opsagent.environment.taught`):
+    the cause behind the alert, and the evidence that was usual on the innocent suspects above it. The
+    next action is the call that proves the cause: the playbook's first check of its kind, or a look at
+    its logs where no playbook knows the kind."""
+    if report.situation is None:
+        return []
+    remedy = (
+        concrete(first_checks[kind], cause)
+        if kind in first_checks
+        else Action(tool="logs.summary", args={"service": cause})
+    )
+    out = taught(
+        report.situation,
+        [s.component for s in report.suspects],
+        cause=cause,
+        kind=kind,
+        incident_id=report.incident.id,
+        now=now,
+        remedy=remedy,
+    )
+    return [le for le in out if not problems(le)]
+
+
+def learn_environment(memory: LessonMemory, lessons: Sequence[Lesson], *, now: datetime) -> list[str]:
+    """Store what an incident taught its environment, then forget what aged out or overflows; returns
+    the ids forgotten."""
+    for lesson in lessons:
+        memory.upsert_lesson(lesson)
+    gone = environment.forgotten(memory.lessons(), now=now)
+    for lesson_id in gone:
+        memory.delete_lesson(lesson_id)
+    return gone
+
+
+def about_the_environment(use: LessonUse) -> bool:
+    """Whether a lesson used acted on the environment's evidence or priors (rather than on a kind)."""
+    return bool(use.raised) or any(x.endswith("/*") for x in use.lowered)
+
+
 def _wrong_conclusion(
     report: Report, r: HypothesisResult, truth: Truth, now: datetime, remedy: Action | None
 ) -> Lesson | None:
@@ -231,9 +277,15 @@ def from_feedback(
 LessonCounter = Literal["retrieved", "helped", "misled"]
 
 
-def misled_by(uses: Sequence[LessonUse], service: str, kind: str) -> list[str]:
-    """The lessons that lowered the hypothesis that was the cause (``service``/``kind``)."""
-    return [u.lesson_id for u in uses if f"{service}/{kind}" in u.lowered]
+def misled_by(uses: Sequence[LessonUse], service: str, kind: str, *, top: str | None = None) -> list[str]:
+    """The lessons that lowered the hypothesis that was the cause (``service``/``kind``), or any
+    evidence of the cause, or raised the prior of the top suspect (``top``) when it was not the cause."""
+    lowered = (f"{service}/{kind}", f"{service}/*")
+    return [
+        u.lesson_id
+        for u in uses
+        if any(x in u.lowered for x in lowered) or (top is not None and top != service and top in u.raised)
+    ]
 
 
 class LessonMemory(Protocol):
@@ -244,6 +296,8 @@ class LessonMemory(Protocol):
     def upsert_lesson(self, lesson: Lesson) -> tuple[Lesson, bool]: ...
 
     def count_use(self, lesson_ids: list[str], *, counter: LessonCounter = "retrieved") -> None: ...
+
+    def delete_lesson(self, lesson_id: str) -> None: ...
 
 
 class InMemoryLessons:
@@ -261,6 +315,9 @@ class InMemoryLessons:
         self._by_id[lesson.id] = merged
         return merged, stored is not None
 
+    def delete_lesson(self, lesson_id: str) -> None:
+        self._by_id.pop(lesson_id, None)
+
     def count_use(self, lesson_ids: list[str], *, counter: LessonCounter = "retrieved") -> None:
         field = f"times_{counter}"
         for lid in lesson_ids:
@@ -274,12 +331,18 @@ def merge(stored: Lesson, new: Lesson) -> Lesson:
     seen = list(dict.fromkeys([*stored.seen_in, stored.source_incident, *new.seen_in, new.source_incident]))
     both = [*new.refuting_evidence, *stored.refuting_evidence]
     citations = list({c.observation_id + c.value: c for c in both}.values())
+    strengths = [s for s in (stored.strength, new.strength) if s is not None]
+    last = [t for t in (stored.last_seen, new.last_seen) if t is not None]
     return stored.model_copy(
         update={
             "count": stored.count + new.count,
             "seen_in": seen,
             "services": sorted({*stored.services, *new.services}),
             "refuting_evidence": citations[:5],
+            # an environment lesson: the strongest its component showed innocent, where it was last seen
+            "strength": max(strengths) if strengths else None,
+            "last_seen": max(last) if last else None,
+            "environment": sorted({*stored.environment, *new.environment}),
         }
     )
 
@@ -316,6 +379,7 @@ def retrieve(
     lessons: Sequence[Lesson], incident: Incident, triage: Triage, *, top_k: int = 3, cap: int = 5
 ) -> list[Retrieved]:
     """Top-k lessons by relevance to this incident's triage, plus the most recent, at most ``cap``."""
+    lessons = [le for le in lessons if le.teaches == "refuted"]  # the others act on triage (opsagent.environment)
     if not lessons or cap == 0:
         return []
     suspects = triage.components[:8]

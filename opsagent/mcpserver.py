@@ -372,16 +372,19 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
                 root_cause_parts(root_cause, kinds=first_checks)
             except ValueError as exc:
                 raise ToolError(str(exc)) from None
-        return await state.stored(
-            lambda memory: apply_feedback(
-                memory,
-                incident_id,
-                correct=correct,
-                root_cause=root_cause,
-                first_checks=first_checks,
-                now=datetime.now(UTC),
+        try:
+            return await state.stored(
+                lambda memory: apply_feedback(
+                    memory,
+                    incident_id,
+                    correct=correct,
+                    root_cause=root_cause,
+                    first_checks=first_checks,
+                    now=datetime.now(UTC),
+                )
             )
-        )
+        except ValueError as exc:  # a component the investigation did not know of: nothing was written
+            raise ToolError(str(exc)) from None
 
     @server.resource(REPORT_URI, name="report", mime_type="text/markdown")
     async def report_resource(incident_id: str) -> str:

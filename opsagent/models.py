@@ -692,6 +692,9 @@ class LessonTrigger(Frozen):
     signals: list[str] = Field(
         default_factory=list, description="triage features that made the refuted hypothesis attractive"
     )
+    alert: str | None = Field(
+        default=None, description="the alert it was learned under, as alertname@service (environment lessons)"
+    )
 
 
 class Citation(Frozen):
@@ -719,6 +722,23 @@ class Lesson(Frozen):
     times_misled: int = Field(
         default=0, description="investigations where the kind it lowered turned out to be the cause (truth, feedback)"
     )
+    teaches: Literal["refuted", "usual", "culprit"] = Field(
+        default="refuted",
+        description="refuted: a kind refuted under a trigger (ranks hypotheses); usual: evidence this environment "
+        "shows on an innocent component (raises what counts as surprising there); culprit: a component that was "
+        "the cause behind this alert (a prior on it)",
+    )
+    component: str | None = Field(default=None, description="the component an environment lesson is about")
+    feature: str | None = Field(default=None, description="usual: the triage feature (detector) it showed")
+    strength: float | None = Field(default=None, description="usual: the strongest it showed there while innocent")
+    environment: list[str] = Field(
+        default_factory=list,
+        description="the components of the environment it was learned in; an environment lesson acts only where "
+        "they are mostly the same",
+    )
+    last_seen: AwareDatetime | None = Field(
+        default=None, description="when an incident last taught it (the latest of its merged near-duplicates)"
+    )
 
     @property
     def unreliable(self) -> bool:
@@ -744,6 +764,7 @@ class LessonUse(Frozen):
     refutation: list[Citation] = Field(
         default_factory=list, description="the observations that refuted it there, with their values"
     )
+    raised: list[str] = Field(default_factory=list, description="the components whose prior it raised")
 
 
 # ---------------------------------------------------------------- the search, as a tree
@@ -982,6 +1003,36 @@ class ModelRecord(BaseModel):
     )
 
 
+class LessonEffect(Frozen):
+    """What an environment lesson did to one component's evidence or prior in triage."""
+
+    lesson_id: str
+    component: str
+    effect: Literal["lowered", "raised", "held"] = Field(
+        description="held: it would have lowered the feature, but another lesson contradicts it"
+    )
+    feature: str | None = Field(default=None, description="lowered, held: the feature it is about")
+    before: float = Field(description="the feature's magnitude, or the component's score, before")
+    after: float
+    why: str
+
+
+class Situation(Frozen):
+    """What an investigation saw, as lessons learn from it (replay truth, an engineer's feedback) and
+    are retrieved by: the alert, the symptom, the environment's components, and the evidence (triage
+    features, with magnitude and the observation behind each) of the leading suspects."""
+
+    alert: str = Field(description="alertname@service")
+    symptom: Symptom
+    components: list[str] = Field(description="every component the investigation knew of")
+    evidence: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="component -> triage feature -> magnitude, for the leading suspects"
+    )
+    observations: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="component -> triage feature -> the observation id behind it"
+    )
+
+
 #: The JSON report's schema version (opsagent/data/report.schema.json). Raised when a field is
 #: removed, renamed or changes meaning; a field added with a default leaves it as it is.
 REPORT_SCHEMA_VERSION = 1
@@ -1005,6 +1056,9 @@ class Report(BaseModel):
     suspects: list[Suspect]
     lessons: list[Lesson]
     lessons_used: list[LessonUse] = Field(default_factory=list)
+    situation: Situation | None = Field(
+        default=None, description="what the investigation saw, as lessons learn from it (opsagent.environment)"
+    )
     unreadable_sources: dict[str, str] = Field(default_factory=dict)
     detectors: dict[str, str] = Field(
         default_factory=dict,

@@ -21,6 +21,7 @@ from opsagent.analysis.changes import changes_in_flight
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.correlation import explain, storm_of
 from opsagent.discovery import discover, metric_names
+from opsagent.environment import EnvironmentMemory, situation_of
 from opsagent.fixtures import Edge, Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import Retrieved, retrieve
@@ -164,6 +165,7 @@ async def investigate(
             timeout_s=budget.timeout_s,
             remaining=meter.remaining_s,
             work=meter.work,
+            environment=EnvironmentMemory.of(lessons, incident) if lessons else None,
         )
         log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
         if isinstance(reasoner, PerInvestigation):
@@ -303,7 +305,15 @@ def conclude(
         results=outcome.results,
         suspects=ranked,
         lessons=lessons,
-        lessons_used=lesson_uses(outcome),
+        lessons_used=lesson_uses(outcome)
+        + (toolbox.environment.uses(outcome.triage.learned) if toolbox.environment else []),
+        situation=situation_of(
+            incident,
+            [c.component for c in outcome.triage.components],
+            {c.component: c.features for c in outcome.triage.components},
+            {c.component: c.evidence for c in outcome.triage.components},
+            outcome.triage.learned,
+        ),
         unreadable_sources=dict(toolbox.unreadable),
         detectors=dict(outcome.triage.detectors),
         budget_exhausted=exhausted,

@@ -13,7 +13,7 @@ never before.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from statistics import median
 
@@ -21,9 +21,16 @@ from pydantic import BaseModel
 
 from opsagent.errors import FixtureError, Problem
 from opsagent.fixtures import Truth, read_tags
-from opsagent.lessons import LessonMemory, from_truth, misled_by
+from opsagent.lessons import (
+    LessonMemory,
+    about_environment,
+    about_the_environment,
+    from_truth,
+    learn_environment,
+    misled_by,
+)
 from opsagent.loop import Budget
-from opsagent.models import Report
+from opsagent.models import Action, Report
 from opsagent.pipeline import investigate_fixture, load_default_playbooks
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner
@@ -194,16 +201,38 @@ async def replay(
         result = score(directory.name, report, truth)
         scores.append(result)
         if memory is not None:
-            misled = misled_by(report.lessons_used, truth.target, truth.kind)
-            acted = [u.lesson_id for u in report.lessons_used if u.acted and u.lesson_id not in misled]
-            memory.count_use([u.lesson_id for u in report.lessons_used])
-            memory.count_use(misled, counter="misled")
-            if result.verdict_ok and acted:
-                memory.count_use(acted, counter="helped")
-            if learn:
-                stamp = report.incident.window.end
-                for lesson in from_truth(report, truth, stamp, first_checks=first_checks):
-                    memory.upsert_lesson(lesson)
+            learn_from(memory, report, truth, result, first_checks=first_checks if learn else None)
         if on_report is not None:
             on_report(directory.name, report, result)
     return Scoreboard(strategy=strategy_name, scores=scores)
+
+
+def learn_from(
+    memory: LessonMemory,
+    report: Report,
+    truth: Truth,
+    result: IncidentScore,
+    *,
+    first_checks: Mapping[str, Action] | None,
+) -> None:
+    """After a replayed investigation: count what the lessons it used did (helped, misled), and with
+    ``first_checks`` (the playbooks' first check per kind) store what its truth teaches."""
+    top = report.suspects[0].component if report.suspects else None
+    misled = misled_by(report.lessons_used, truth.target, truth.kind, top=top)
+    acted = [u.lesson_id for u in report.lessons_used if u.acted and u.lesson_id not in misled]
+    memory.count_use([u.lesson_id for u in report.lessons_used])
+    memory.count_use(misled, counter="misled")
+    # a lesson about the environment helped where the top suspect was right; one about a refuted kind,
+    # where the verdict was
+    helped = [
+        u.lesson_id
+        for u in report.lessons_used
+        if u.lesson_id in acted and (result.hit1 if about_the_environment(u) else result.verdict_ok)
+    ]
+    memory.count_use(helped, counter="helped")
+    if first_checks is not None:
+        stamp = report.incident.window.end
+        for lesson in from_truth(report, truth, stamp, first_checks=first_checks):
+            memory.upsert_lesson(lesson)
+        taught = about_environment(report, truth.target, truth.kind, stamp, first_checks=first_checks)
+        learn_environment(memory, taught, now=stamp)

@@ -48,6 +48,7 @@ from opsagent.tokens import estimate_tokens
 from opsagent.tracing import mark_failed, span
 
 if TYPE_CHECKING:
+    from opsagent.environment import EnvironmentMemory
     from opsagent.loop import WorkClock
 
 log = structlog.get_logger("opsagent.tools")
@@ -174,6 +175,8 @@ class Toolbox:
     #: a replay's work clock: each call is charged to it, and no call is timed out (a replay
     #: source computes from the recording; how long that takes says nothing about the incident)
     work: WorkClock | None = None
+    #: what this environment's past incidents taught (usual evidence, past causes): triage's one hook
+    environment: EnvironmentMemory | None = None
     calls: int = 0
     cache_hits: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)

@@ -31,6 +31,7 @@ from opsagent.models import (
     ChangeRecord,
     ChangesData,
     Incident,
+    LessonEffect,
     LogsData,
     SourceKind,
     TracesData,
@@ -64,6 +65,9 @@ class Triage(BaseModel):
     changes: list[ChangeRecord] = Field(default_factory=list, description="changes around onset")
     detectors: dict[str, str] = Field(
         default_factory=dict, description="per fault-mechanism detector: what it ran over, or why it could not run"
+    )
+    learned: list[LessonEffect] = Field(
+        default_factory=list, description="what environment lessons did to evidence and priors (opsagent.environment)"
     )
 
     def profile(self, component: str) -> ComponentProfile | None:
@@ -102,13 +106,18 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     called = {e.callee for e in graph}
     broken = out_of_service(used)
     ranking.unown_errors({c: p.features for c, p in profiles.items()}, graph, broken)
+    components = set(profiles) | {e.caller for e in graph} | called | set(incident.services)
+    memory = toolbox.environment
+    learned = memory.calibrate({c: p.features for c, p in profiles.items()}, components) if memory else []
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}
     own = ranking.explain_by_out_of_service(own, graph, broken)
-    components = set(own) | {e.caller for e in graph} | called | set(incident.services)
     reach = descendants(graph, incident.services) if graph else components
     traced = {t.service for t in traces.data.services} if isinstance(traces.data, TracesData) else set()
     features = {c: p.features for c, p in profiles.items()}
     scores = ranking.propagate(own, graph + ranking.fronted(graph, features, traced), features)
+    if memory is not None:  # what this environment's past causes make likely, shown beside the evidence
+        scores, raised = memory.prior(scores, components)
+        learned += raised
     carried = ranking.anomalous_reach(graph, incident.services, own) if graph else components
     out = []
     for c in components:
@@ -138,4 +147,5 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
         source_kinds=kinds,
         changes=seen_changes,
         detectors=detectors,
+        learned=learned,
     )

@@ -135,7 +135,7 @@ def test_lessons_list_prints_triggers_as_they_are(tmp_path: Path) -> None:
     _learn()
     out = tmp_path / "lessons.yaml"
     runner.invoke(app, ["lessons", "export", "--out", str(out)])
-    entry = yaml.safe_load(out.read_text())[0]
+    entry = next(e for e in yaml.safe_load(out.read_text()) if e["teaches"] == "refuted")  # its id is its trigger
     entry["trigger"]["signals"] = ["log:new:tls", "[bold]metric[/bold]"]
     out.write_text(yaml.safe_dump([entry]))
     assert runner.invoke(app, ["lessons", "import", str(out)]).exit_code == 0

@@ -35,18 +35,27 @@ def _lesson_yaml(lesson: Lesson) -> str:
     return yaml.safe_dump(lesson.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
+def _what(le: Lesson) -> str:
+    """What a lesson is about: the kind it refuted, or what it taught about its environment."""
+    if le.teaches == "culprit":
+        return f"cause behind {le.trigger.alert}: {le.component}"
+    if le.teaches == "usual":
+        return f"usual on {le.component}: {le.feature} up to {le.strength}"
+    return le.refuted_kind
+
+
 @lessons_app.command(name="list")
 def lessons_list() -> None:
     """Every stored lesson, most recent first."""
     with store() as memory:
         lessons = memory.lessons()
     table = Table(title=f"{len(lessons)} lesson(s)")
-    for col in ("id", "refuted kind", "trigger", "next action", "seen", "retrieved", "helped", "misled"):
+    for col in ("id", "about", "trigger", "next action", "seen", "retrieved", "helped", "misled"):
         table.add_column(col, overflow="fold")
     for le in lessons:
         cells = (
             le.id,
-            le.refuted_kind,
+            _what(le),
             ", ".join(le.trigger.signals) or le.trigger.condition,
             le.next_action.key(),
             str(le.count),
@@ -202,9 +211,11 @@ def feedback_cmd(
                 first_checks=first_checks,
                 now=datetime.now(UTC),
             )
-        except StoreError as exc:
+        except (StoreError, ValueError) as exc:
             fail(str(exc))
     out.print(f"recorded: {incident_id} was {'right' if correct else 'wrong'}")
+    if done.taught:
+        out.print(f"taught the environment: {', '.join(done.taught)}", soft_wrap=True)
     if correct or root_cause is None:
         return
     if done.misled:

@@ -1,0 +1,402 @@
+"""Environment memory: what a system's past incidents taught about it, acting on its next ones.
+
+Two kinds of lesson are learned from an incident whose cause is known (a replay's truth, an
+engineer's ``feedback``), beside the lessons about refuted hypotheses of :mod:`opsagent.lessons`:
+
+* ``usual`` — evidence (a triage feature: a detector's finding, a metric shift, a log burst) that a
+  component showed while it was innocent. Where the same component shows the same feature again, in
+  the same environment, only what goes beyond that usual level counts, and at most half of it is
+  discounted: a lesson raises what counts as surprising there, it never hides evidence.
+* ``culprit`` — a component that was the cause behind an alert. The next time the alert fires there,
+  the component gets a prior: a share of the best suspect's score, by how often, and how recently,
+  it was the cause there.
+
+A lesson acts only in its own environment (most of the components it was learned among are
+components of this incident) and stops acting once it misled more often than it helped; every
+effect is a :class:`~opsagent.models.LessonEffect` the report shows with the lesson that made it.
+This module reads lessons and the incident's own evidence; it never sees a truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from opsagent.models import (
+    Action,
+    Citation,
+    Incident,
+    Lesson,
+    LessonEffect,
+    LessonTrigger,
+    LessonUse,
+    Situation,
+)
+
+#: A lesson acts where at least this share of the components it was learned among (and of this
+#: incident's) are the same (Jaccard overlap): another system's lessons stay out.
+SAME_ENVIRONMENT = 0.5
+#: A usual level acts once a component was seen innocent with the feature in this many incidents.
+USUAL_MIN_SEEN = 2
+#: The most of a feature's magnitude a usual level may discount.
+MAX_DISCOUNT = 0.5
+#: A component that was the cause behind every recent alert of this kind gains this share of the best
+#: suspect's score; one among several, its share of that.
+PRIOR_WEIGHT = 1.0
+#: What was the cause this many causes ago counts half as much as the latest.
+PRIOR_HALF_LIFE = 4.0
+#: Causes behind another alert of the same environment count this much.
+OTHER_ALERT = 0.5
+#: The prior grows to its full weight over this many incidents with a known cause.
+PRIOR_HISTORY = 3.0
+#: Innocent components ranked above the cause (at most this many) teach what is usual, each with its
+#: strongest features (at most USUAL_FEATURES).
+LEARN_ABOVE, USUAL_FEATURES = 5, 3
+#: Features a situation keeps per component (the strongest).
+SITUATION_FEATURES = 8
+
+
+def alert_of(incident: Incident) -> str:
+    """The alert, as lessons name it: alertname@service."""
+    return f"{incident.labels.get('alertname', 'alert')}@{incident.service}"
+
+
+def overlap(a: Iterable[str], b: Iterable[str]) -> float:
+    first, second = set(a), set(b)
+    union = first | second
+    return len(first & second) / len(union) if union else 0.0
+
+
+# ---------------------------------------------------------------- what an incident teaches
+
+
+def signature(scores: Mapping[str, float], features: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """A situation in brief, as a culprit lesson records it: the leading suspects (LEARN_ABOVE, by score) with their
+    strongest features (USUAL_FEATURES), as ``component/feature``."""
+    leading = sorted((c for c, v in scores.items() if v > 0), key=lambda c: (-scores[c], c))[:LEARN_ABOVE]
+    out: list[str] = []
+    for c in leading:
+        own = features.get(c, {})
+        strongest = sorted((f for f, m in own.items() if m > 0), key=lambda f: (-own[f], f))[:USUAL_FEATURES]
+        out.extend(f"{c}/{f}" for f in strongest)
+    return sorted(out)
+
+
+def situation_of(
+    incident: Incident,
+    components: Sequence[str],
+    features: Mapping[str, Mapping[str, float]],
+    evidence: Mapping[str, Mapping[str, str]],
+    effects: Sequence[LessonEffect] = (),
+) -> Situation:
+    """The situation an investigation saw, with each feature at its magnitude before any lesson lowered
+    it (so what a later incident learns does not depend on the lessons this one used)."""
+    before = {(e.component, e.feature): e.before for e in effects if e.effect == "lowered" and e.feature}
+    kept: dict[str, dict[str, float]] = {}
+    seen: dict[str, dict[str, str]] = {}
+    for c in sorted(features):
+        raw = {f: before.get((c, f), m) for f, m in features[c].items() if m > 0}
+        strongest = sorted(raw.items(), key=lambda kv: (-kv[1], kv[0]))[:SITUATION_FEATURES]
+        if strongest:
+            kept[c] = {f: round(m, 4) for f, m in strongest}
+            seen[c] = {f: evidence.get(c, {}).get(f, "") for f, _ in strongest}
+    return Situation(
+        alert=alert_of(incident),
+        symptom=incident.symptom,
+        components=sorted(components),
+        evidence=kept,
+        observations=seen,
+    )
+
+
+def _id(*parts: str) -> str:
+    return "L-" + hashlib.sha1("|".join(parts).encode()).hexdigest()[:8]
+
+
+def identity(lesson: Lesson) -> str:
+    """An environment lesson's id: near-duplicates (the same cause behind the same alert; the same
+    evidence usual on the same component under it) share it and merge."""
+    if lesson.teaches == "culprit":
+        return _id("culprit", lesson.trigger.alert or "", lesson.component or "")
+    return _id("usual", lesson.trigger.alert or "", lesson.component or "", lesson.feature or "")
+
+
+def problems(lesson: Lesson) -> list[str]:
+    """Why an environment lesson cannot act; empty when it can (or when it is not one)."""
+    if lesson.teaches == "refuted":
+        return []
+    out = []
+    if not lesson.component:
+        out.append(f"a {lesson.teaches} lesson names no component")
+    if not lesson.trigger.alert:
+        out.append(f"a {lesson.teaches} lesson names no alert (alertname@service)")
+    if not lesson.environment:
+        out.append(f"a {lesson.teaches} lesson names no environment (the components it was learned among)")
+    if lesson.teaches == "usual" and (not lesson.feature or lesson.strength is None or lesson.strength < 0):
+        out.append("a usual lesson needs the feature and the strength (>= 0) it showed")
+    return out
+
+
+def contradictions(lessons: Iterable[Lesson]) -> list[tuple[Lesson, Lesson]]:
+    """Pairs that contradict each other: evidence said to be usual on a component, which the same
+    component showed when it was the cause behind the same alert. Neither is dropped; the usual
+    level stops acting on that evidence (:meth:`EnvironmentMemory.calibrate`)."""
+    lessons = list(lessons)
+    causes: dict[tuple[str | None, str | None], list[Lesson]] = {}
+    for le in lessons:
+        if le.teaches == "culprit" and le.component:
+            causes.setdefault((le.component, le.trigger.alert), []).append(le)
+    return [
+        (le, cause)
+        for le in lessons
+        if le.teaches == "usual" and le.component
+        for cause in causes.get((le.component, le.trigger.alert), [])
+        if f"{le.component}/{le.feature}" in cause.trigger.signals
+    ]
+
+
+def taught(
+    situation: Situation,
+    suspects: Sequence[str],
+    *,
+    cause: str,
+    kind: str,
+    incident_id: str,
+    now: datetime,
+    remedy: Action,
+) -> list[Lesson]:
+    """What an incident whose cause is known teaches its environment: the cause was ``cause`` (a
+    culprit lesson), and the evidence of the innocent suspects ranked above it was usual there.
+
+    ``suspects``: the report's components in its order; ``remedy``: the call that proves the cause."""
+    trigger = LessonTrigger(symptom=situation.symptom, condition="", alert=situation.alert)
+    order = {c: float(len(suspects) - n) for n, c in enumerate(dict.fromkeys(suspects))}
+    seen = signature(order, situation.evidence)
+    shown = situation.evidence.get(cause, {})
+    strongest = sorted(shown.items(), key=lambda kv: (-kv[1], kv[0]))[:USUAL_FEATURES]
+    cited = [
+        Citation(observation_id=situation.observations[cause][f], value=f"{f} {m:.2f} on {cause}")
+        for f, m in strongest
+        if situation.observations.get(cause, {}).get(f)
+    ] or [Citation(observation_id=incident_id, value=f"the cause was {kind} on {cause}")]
+    out = [
+        Lesson(
+            id="",
+            teaches="culprit",
+            component=cause,
+            trigger=trigger.model_copy(
+                update={
+                    "condition": f"{cause} was the cause ({kind}) behind {situation.alert} where "
+                    + (", ".join(seen) or "nothing stood out"),
+                    "signals": seen,
+                }
+            ),
+            refuting_evidence=cited,
+            next_action=remedy,
+            refuted_kind="",  # it refuted nothing: the kind it was is in its condition
+            services=[cause],
+            source_incident=incident_id,
+            created_at=now,
+            last_seen=now,
+            environment=list(situation.components),
+        )
+    ]
+    out = [le.model_copy(update={"id": identity(le)}) for le in out]
+    above = list(dict.fromkeys(suspects))
+    above = above[: above.index(cause)] if cause in above else above
+    for c in above[:LEARN_ABOVE]:
+        features = situation.evidence.get(c, {})
+        for f, m in sorted(features.items(), key=lambda kv: (-kv[1], kv[0]))[:USUAL_FEATURES]:
+            obs = situation.observations.get(c, {}).get(f)
+            if not obs:
+                continue
+            out.append(
+                Lesson(
+                    id="",
+                    teaches="usual",
+                    component=c,
+                    feature=f,
+                    strength=round(m, 4),
+                    trigger=trigger.model_copy(
+                        update={"condition": f"{f} at {m:.2f} on {c}, which was innocent", "signals": [f]}
+                    ),
+                    refuting_evidence=[
+                        Citation(observation_id=obs, value=f"{f} {m:.2f} on {c} — yet the cause was {kind} on {cause}")
+                    ],
+                    next_action=remedy,
+                    refuted_kind="",
+                    services=[c],
+                    source_incident=incident_id,
+                    created_at=now,
+                    last_seen=now,
+                    environment=list(situation.components),
+                )
+            )
+    return [le.model_copy(update={"id": identity(le)}) for le in out]
+
+
+# ---------------------------------------------------------------- forgetting
+
+#: An environment lesson no incident has taught again for this long is forgotten: the system changed.
+MAX_AGE = timedelta(days=180)
+#: The most environment lessons kept per alert (the most recently taught): retrieval stays fast and a
+#: system's memory stays about its present.
+CAP_PER_ALERT = 300
+
+
+def forgotten(lessons: Iterable[Lesson], *, now: datetime) -> list[str]:
+    """The environment lessons to forget: aged (not taught again for MAX_AGE) or beyond the cap of
+    their alert. Lessons about refuted kinds are capped elsewhere (people edit them)."""
+    mine = [le for le in lessons if le.teaches != "refuted"]
+    out = {le.id for le in mine if now - (le.last_seen or le.created_at) > MAX_AGE}
+    by_alert: dict[str, list[Lesson]] = {}
+    for le in mine:
+        if le.id not in out:
+            by_alert.setdefault(le.trigger.alert or "", []).append(le)
+    for group in by_alert.values():
+        group.sort(key=lambda le: (le.last_seen or le.created_at, le.count, le.id), reverse=True)
+        out.update(le.id for le in group[CAP_PER_ALERT:])
+    return sorted(out)
+
+
+# ---------------------------------------------------------------- what the memory does
+
+
+@dataclass
+class EnvironmentMemory:
+    """The environment lessons an investigation may use, and the one hook triage calls:
+    :meth:`calibrate` (usual levels) then :meth:`prior` (culprits)."""
+
+    lessons: Sequence[Lesson]
+    incident: Incident
+    _here: list[Lesson] | None = field(default=None, init=False)
+
+    @classmethod
+    def of(cls, lessons: Iterable[Lesson], incident: Incident) -> EnvironmentMemory:
+        return cls([le for le in lessons if le.teaches != "refuted" and not le.unreliable], incident)
+
+    def here(self, components: Iterable[str]) -> list[Lesson]:
+        """The lessons learned in this environment (most components the same), once per investigation."""
+        if self._here is None:
+            mine = set(components)
+            self._here = [
+                le for le in self.lessons if le.component in mine and overlap(le.environment, mine) >= SAME_ENVIRONMENT
+            ]
+        return self._here
+
+    def calibrate(
+        self, features: MutableMapping[str, dict[str, float]], components: Iterable[str]
+    ) -> list[LessonEffect]:
+        """Lower each feature a component usually shows while innocent here by that usual level, by at
+        most MAX_DISCOUNT of it. Changes ``features`` in place; returns what it did."""
+        effects = []
+        here = self.here(components)
+        contradicted = {usual.id: cause for usual, cause in contradictions(here)}
+        for le in sorted(here, key=lambda le: le.id):
+            if le.teaches != "usual" or le.count < USUAL_MIN_SEEN or le.component is None or le.feature is None:
+                continue
+            own = features.get(le.component, {})
+            value = own.get(le.feature)
+            if not value or le.strength is None:
+                continue
+            if le.id in contradicted:
+                cause = contradicted[le.id]
+                effects.append(
+                    LessonEffect(
+                        lesson_id=le.id,
+                        component=le.component,
+                        effect="held",
+                        feature=le.feature,
+                        before=value,
+                        after=value,
+                        why=f"not applied to {le.feature} on {le.component}: lesson {cause.id} says {le.component} "
+                        f"showed it when it was the cause behind {cause.trigger.alert}",
+                    )
+                )
+                continue
+            after = round(value - min(le.strength, MAX_DISCOUNT * value), 4)
+            own[le.feature] = after
+            effects.append(
+                LessonEffect(
+                    lesson_id=le.id,
+                    component=le.component,
+                    effect="lowered",
+                    feature=le.feature,
+                    before=value,
+                    after=after,
+                    why=f"lowered {le.feature} on {le.component} from {value:.2f} to {after:.2f}: in {le.count} "
+                    f"earlier incidents it showed up to {le.strength:.2f} there while the cause was elsewhere",
+                )
+            )
+        return effects
+
+    def prior(
+        self, scores: Mapping[str, float], components: Iterable[str]
+    ) -> tuple[dict[str, float], list[LessonEffect]]:
+        """Scores with each past cause's prior added: PRIOR_WEIGHT of the best score, times its share of
+        the causes seen behind alerts here (the same alert, and recent causes, weigh more), times how much
+        history there is (full from PRIOR_HISTORY incidents with a known cause on).
+
+        Measured: weighing past causes by how alike their situation was (the leading suspects and their
+        evidence, kept in each culprit lesson's trigger) did worse on the development sets than this."""
+        culprits = [le for le in self.here(components) if le.teaches == "culprit" and le.component is not None]
+        if not culprits:
+            return dict(scores), []
+        alert = alert_of(self.incident)
+        recent = sorted(culprits, key=lambda le: (le.last_seen or le.created_at, le.id), reverse=True)
+        weights: dict[str, float] = {}
+        lesson_for: dict[str, Lesson] = {}
+        for age, le in enumerate(recent):
+            same = 1.0 if le.trigger.alert == alert else OTHER_ALERT
+            if le.component is None:
+                continue
+            weights[le.component] = weights.get(le.component, 0.0) + same * le.count * 0.5 ** (age / PRIOR_HALF_LIFE)
+            lesson_for.setdefault(le.component, le)
+        total = sum(weights.values())
+        seen = sum(le.count for le in culprits)
+        best = max(scores.values(), default=0.0) or 1.0
+        out = dict(scores)
+        effects = []
+        for c, w in sorted(weights.items()):
+            bonus = round(PRIOR_WEIGHT * best * (w / total) * min(1.0, seen / PRIOR_HISTORY), 4)
+            if bonus <= 0:
+                continue
+            before = out.get(c, 0.0)
+            out[c] = before + bonus
+            le = lesson_for[c]
+            effects.append(
+                LessonEffect(
+                    lesson_id=le.id,
+                    component=c,
+                    effect="raised",
+                    before=round(before, 4),
+                    after=round(before + bonus, 4),
+                    why=f"raised {c} by {bonus:.2f}: it was the cause behind {le.trigger.alert} in {le.count} "
+                    f"earlier incident(s) (last {le.seen_in[-1] if le.seen_in else le.source_incident})",
+                )
+            )
+        return out, effects
+
+    def uses(self, effects: Sequence[LessonEffect]) -> list[LessonUse]:
+        """Each environment lesson that acted, with what it did, for the report."""
+        by_id = {le.id: le for le in self.lessons}
+        out = []
+        for lesson_id in sorted({e.lesson_id for e in effects}):
+            mine = [e for e in effects if e.lesson_id == lesson_id]
+            le = by_id[lesson_id]
+            out.append(
+                LessonUse(
+                    lesson_id=lesson_id,
+                    relevance=1.0,
+                    acted=any(e.effect != "held" for e in mine),
+                    effects=[e.why for e in mine],
+                    lowered=sorted({f"{e.component}/*" for e in mine if e.effect == "lowered"}),
+                    raised=sorted({e.component for e in mine if e.effect == "raised"}),
+                    refuted_kind=None,
+                    source_incident=le.source_incident,
+                    refutation=list(le.refuting_evidence),
+                )
+            )
+        return out

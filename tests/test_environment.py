@@ -1,0 +1,225 @@
+"""Environment lessons: what a system's past incidents taught (usual evidence, past causes), acting
+on its next ones — bounded, shown, kept to their own environment, forgotten when old."""
+
+import asyncio
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from opsagent import environment
+from opsagent.environment import EnvironmentMemory, contradictions, forgotten, taught
+from opsagent.feedback import apply_feedback, keep_investigation
+from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, problems, retrieve
+from opsagent.models import Action, Incident, Lesson, Situation, Symptom
+from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.reasoner import PlaybookReasoner
+from opsagent.scoreboard import replay
+from opsagent.store import Store, StoreLocation
+from opsagent.triage import ComponentProfile, Triage
+from tests.conftest import ORDER_INCIDENT
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+SYSTEM = ["api", "cart", "db", "pay", "search"]
+ALERT = {"alertname": "ApiSlow", "service": "api"}
+REMEDY = Action(tool="logs.summary", args={"service": "db"})
+PREVIOUS_RELEASE = Path(__file__).parent / "data" / "store-schema3.sql"
+
+
+def incident(components: list[str] = SYSTEM) -> Incident:
+    start = NOW - timedelta(minutes=30)
+    return Incident.model_validate(
+        {
+            "id": "inc-next",
+            "services": [components[0]],
+            "symptom": "latency",
+            "onset": NOW - timedelta(minutes=5),
+            "window": {"start": start, "end": NOW},
+            "baseline": {"start": start, "end": NOW - timedelta(minutes=10)},
+            "labels": ALERT,
+            "title": "api slow",
+        }
+    )
+
+
+def situation(components: list[str] = SYSTEM) -> Situation:
+    return Situation(
+        alert="ApiSlow@api",
+        symptom=Symptom.latency,
+        components=components,
+        evidence={"cart": {"log:new_errors": 4.0, "signal:latency_p99:up": 2.0}, "db": {"mech:own_errors": 3.0}},
+        observations={
+            "cart": {"log:new_errors": "l-1", "signal:latency_p99:up": "m-1"},
+            "db": {"mech:own_errors": "l-2"},
+        },
+    )
+
+
+def learned(times: int, components: list[str] = SYSTEM, cause: str = "db") -> list[Lesson]:
+    """What ``times`` incidents alike taught, merged as a store merges them."""
+    memory = InMemoryLessons()
+    for n in range(times):
+        for le in taught(
+            situation(components),
+            ["cart", "db", "api"],
+            cause=cause,
+            kind="code_exception",
+            incident_id=f"inc-{n}",
+            now=NOW + timedelta(minutes=n),
+            remedy=REMEDY,
+        ):
+            memory.upsert_lesson(le)
+    return memory.lessons()
+
+
+def test_an_incident_teaches_its_cause_and_the_evidence_usual_on_the_innocent_suspects_above_it() -> None:
+    lessons = learned(1)
+    culprit = next(le for le in lessons if le.teaches == "culprit")
+    assert culprit.component == "db" and culprit.trigger.alert == "ApiSlow@api"
+    assert culprit.refuting_evidence[0].observation_id == "l-2"  # the evidence the true cause showed
+    usual = {(le.component, le.feature): le.strength for le in lessons if le.teaches == "usual"}
+    assert usual == {("cart", "log:new_errors"): 4.0, ("cart", "signal:latency_p99:up"): 2.0}
+    assert all(not problems(le) for le in lessons)  # each is a concrete lesson: trigger, evidence, a tool call
+    assert all(le.next_action == REMEDY for le in lessons)
+
+
+def test_evidence_usual_on_a_component_is_discounted_by_at_most_half_and_the_report_says_why() -> None:
+    memory = EnvironmentMemory.of(learned(3), incident())
+    features = {"cart": {"log:new_errors": 6.0}, "db": {"mech:own_errors": 3.0}}
+    effects = memory.calibrate(features, SYSTEM)
+    assert features["cart"]["log:new_errors"] == 3.0  # 6 - min(4, 6/2): it never hides the evidence
+    assert features["db"] == {"mech:own_errors": 3.0}
+    (effect,) = effects
+    assert effect.before == 6.0 and effect.after == 3.0
+    assert "in 3 earlier incidents it showed up to 4.00 there" in effect.why
+    (use,) = memory.uses(effects)
+    assert use.acted and use.lowered == ["cart/*"] and effect.why in use.effects
+
+
+def test_one_innocent_showing_is_not_yet_usual() -> None:
+    features = {"cart": {"log:new_errors": 6.0}}
+    assert EnvironmentMemory.of(learned(1), incident()).calibrate(features, SYSTEM) == []
+    assert features["cart"]["log:new_errors"] == 6.0
+
+
+def test_a_past_cause_gets_a_bounded_prior_shown_in_its_effect() -> None:
+    memory = EnvironmentMemory.of(learned(3), incident())
+    scores, effects = memory.prior({"cart": 2.0, "db": 0.0, "api": 0.5}, SYSTEM)
+    assert 0 < scores["db"] <= environment.PRIOR_WEIGHT * 2.0  # never more than PRIOR_WEIGHT of the best
+    assert scores["cart"] == 2.0 and scores["api"] == 0.5
+    (effect,) = effects
+    assert effect.effect == "raised" and "cause behind ApiSlow@api in 3 earlier incident(s)" in effect.why
+
+
+def test_lessons_of_another_environment_or_about_a_component_gone_do_not_act() -> None:
+    other = ["web", "queue", "worker", "cache", "db"]  # only db in common
+    memory = EnvironmentMemory.of(learned(3, components=other), incident())
+    features = {"db": {"mech:own_errors": 3.0}}
+    assert memory.prior({"db": 1.0}, SYSTEM) == ({"db": 1.0}, [])
+    gone = EnvironmentMemory.of(learned(3, cause="db"), incident([c for c in SYSTEM if c != "db"]))
+    assert gone.prior({"cart": 1.0}, [c for c in SYSTEM if c != "db"]) == ({"cart": 1.0}, [])
+    assert memory.calibrate(features, SYSTEM) == []
+
+
+def test_a_lesson_that_misled_more_than_it_helped_stops_acting() -> None:
+    lessons = [le.model_copy(update={"times_misled": 2, "times_helped": 1}) for le in learned(3)]
+    memory = EnvironmentMemory.of(lessons, incident())
+    assert memory.prior({"cart": 1.0}, SYSTEM) == ({"cart": 1.0}, [])
+
+
+def test_contradicting_lessons_are_both_kept_and_the_usual_level_holds_off_saying_why() -> None:
+    # cart's error burst was usual while innocent; later cart was the cause, with that burst leading
+    lessons = learned(3) + learned(1, cause="cart")
+    usual = next(le for le in lessons if le.teaches == "usual" and le.feature == "log:new_errors")
+    cause = next(le for le in lessons if le.teaches == "culprit" and le.component == "cart")
+    cause = cause.model_copy(update={"trigger": cause.trigger.model_copy(update={"signals": ["cart/log:new_errors"]})})
+    lessons = [le for le in lessons if le.id != cause.id] + [cause]
+    assert (usual.id, cause.id) in {(a.id, b.id) for a, b in contradictions(lessons)}
+    features = {"cart": {"log:new_errors": 6.0}}
+    effects = EnvironmentMemory.of(lessons, incident()).calibrate(features, SYSTEM)
+    held = next(e for e in effects if e.lesson_id == usual.id)
+    assert held.effect == "held" and cause.id in held.why and features["cart"]["log:new_errors"] == 6.0
+
+
+def test_merging_keeps_the_strongest_usual_level_and_the_latest_sighting() -> None:
+    a, b = (next(le for le in learned(1) if le.feature == "log:new_errors") for _ in range(2))
+    later = b.model_copy(update={"strength": 9.0, "last_seen": NOW + timedelta(days=1), "source_incident": "inc-9"})
+    merged = merge(a, later)
+    assert merged.count == 2 and merged.strength == 9.0 and merged.last_seen == NOW + timedelta(days=1)
+    assert finalised(merged).id == a.id  # an export re-imported keeps its id
+
+
+def test_old_lessons_are_forgotten_and_each_alert_keeps_at_most_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    lessons = learned(1)
+    later = NOW + environment.MAX_AGE + timedelta(days=1)
+    assert set(forgotten(lessons, now=later)) == {le.id for le in lessons}
+    monkeypatch.setattr(environment, "CAP_PER_ALERT", 1)
+    kept = set(le.id for le in lessons) - set(forgotten(lessons, now=NOW))
+    assert len(kept) == 1
+
+
+def test_environment_lessons_stay_out_of_the_retrieval_of_refuted_kinds() -> None:
+    found = Triage(
+        graph=[],
+        components=[
+            ComponentProfile(component=c, own=1.0, score=1.0, reachable=True, features={"log:new_errors": 4.0})
+            for c in SYSTEM
+        ],
+        observation_ids=[],
+        source_kinds=[],
+    )
+    assert retrieve(learned(2), incident(), found) == []
+
+
+def test_a_replay_with_truth_teaches_the_environment_and_the_next_report_shows_what_it_did() -> None:
+    memory = InMemoryLessons()
+    asyncio.run(replay(ORDER_INCIDENT, memory=memory, use_lessons=True, learn=True))
+    culprits = [le for le in memory.lessons() if le.teaches == "culprit"]
+    assert [le.component for le in culprits] == ["order-service"]
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, lessons=memory.lessons()))
+    assert report.situation is not None and "order-service" in report.situation.components
+    raised = [u for u in report.lessons_used if u.raised]
+    assert raised and raised[0].raised == ["order-service"] and "earlier incident" in raised[0].effects[0]
+
+
+def test_feedback_on_a_live_investigation_teaches_what_a_replay_with_truth_teaches(
+    store_location: StoreLocation,
+) -> None:
+    report, truth = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    assert truth is not None
+    checks = PlaybookReasoner(load_default_playbooks()).first_checks()
+    from_replay = about_environment(report, truth.target, truth.kind, NOW, first_checks=checks)
+    with Store(store_location) as store:
+        keep_investigation(store, report)
+        with pytest.raises(ValueError, match="'no-such-service' is not a component"):
+            apply_feedback(
+                store,
+                report.incident.id,
+                correct=False,
+                root_cause=f"no-such-service/{truth.kind}",
+                first_checks=checks,
+                now=NOW,
+            )
+        assert store.investigation(report.incident.id).feedback is None  # nothing was written
+        done = apply_feedback(
+            store,
+            report.incident.id,
+            correct=False,
+            root_cause=f"{truth.target}/{truth.kind}",
+            first_checks=checks,
+            now=NOW,
+        )
+        assert done.taught == [le.id for le in from_replay]
+        stored = {le.id: le for le in store.lessons()}
+    assert all(stored[le.id].component == le.component for le in from_replay)
+
+
+def test_lessons_from_an_older_store_read_as_before_and_touch_no_environment(tmp_path: Path) -> None:
+    path = tmp_path / "opsagent.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(PREVIOUS_RELEASE.read_text())
+    with Store(StoreLocation.sqlite(path)) as store:
+        old = store.lessons()
+    assert len(old) == 2 and {le.teaches for le in old} == {"refuted"}
+    assert EnvironmentMemory.of(old, incident()).lessons == []
