@@ -6,8 +6,9 @@ that are due, a few at once, posts each once to its sink, and records the outcom
 more: ``done`` is final (the row is never sent again), a failure worth another try is due again
 after an exponential backoff (at least what the sink asked with ``Retry-After``), kept in the store
 with its attempts, so a restart neither forgets a notification nor starts its backoff over. A
-sender killed mid-post leaves its row leased; once the lease runs out another sender (or this one,
-started again) posts it again under the same key, which the sink receives as ``Idempotency-Key``.
+sender killed mid-post leaves its row leased: the next sender started on its host takes it back at
+once, any other once the lease runs out, and posts it again under the same key, which the sink
+receives as ``Idempotency-Key``.
 
 The clock is injected: tests move time instead of waiting for it.
 """
@@ -42,7 +43,7 @@ class NotificationSender:
         policy: RetryPolicy,
         metrics: ServiceMetrics | None = None,
         concurrency: int = 4,
-        lease_s: float = 60.0,
+        lease_s: float = 30.0,
         poll_s: float = 2.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -68,6 +69,13 @@ class NotificationSender:
         self._wake.set()
 
     async def start(self) -> None:
+        try:  # a post a killed process of this host left half done goes out again now, not in lease_s
+            released = await self.store.release_orphaned_notifications(self.owner.orphaned, now=self.clock())
+        except StoreError as exc:
+            log.warning("notify.resume_failed", error=str(exc))
+        else:
+            if released:
+                log.info("notify.resumed", notifications=released)
         self._main = asyncio.create_task(self._loop(), name="notification-sender")
 
     async def stop(self) -> None:

@@ -21,7 +21,7 @@ Times are seconds since the epoch by the sender's clock, as the job queue's leas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -159,6 +159,18 @@ async def settle(
         ),
     )
     return changed.rowcount == 1
+
+
+async def release_orphans(tx: Tx, is_orphan: Callable[[str], bool], *, now: float) -> int:
+    """Notifications held by a sender that is gone (a process of this host killed mid-post) are due
+    again at once, rather than when their lease runs out; the attempt it made still counts."""
+    held = await tx.execute(f"SELECT id, owner FROM outbox WHERE status = 'sending' ORDER BY id{tx.dialect.for_update}")
+    orphans = [item_id for item_id, owner in held.rows if is_orphan(owner or "")]
+    await tx.executemany(
+        "UPDATE outbox SET status = 'pending', owner = NULL, lease_until = NULL, next_try = ? WHERE id = ?",
+        [(now, item_id) for item_id in orphans],
+    )
+    return len(orphans)
 
 
 async def counts(tx: Tx) -> dict[str, int]:

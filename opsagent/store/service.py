@@ -248,6 +248,9 @@ class ServiceStore:
             error=error,
         )
 
+    async def release_orphaned_notifications(self, is_orphan: Callable[[str], bool], *, now: float) -> int:
+        return await self._db.write(outbox.release_orphans, is_orphan, now=now)
+
     async def outbox_counts(self) -> dict[str, int]:
         return await self._db.read(outbox.counts)
 
