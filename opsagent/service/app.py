@@ -315,8 +315,9 @@ def create_app(
                 await dispatcher.stop()
             if sender is not None:
                 await sender.stop()
-            for sink in configured:
-                await sink.aclose()
+            if sinks is None:  # the ones built here; a caller's are the caller's to close
+                for sink in configured:
+                    await sink.aclose()
             await store.close()
             parts = None
             log.info("service.stop")
