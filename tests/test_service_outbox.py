@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 import httpx
 from fastapi import FastAPI, Request, Response
 
+from opsagent.models import Report
 from opsagent.retrying import RetryPolicy
 from opsagent.service.notifier import IDEMPOTENCY_HEADER, SlackNotifier, WebhookNotifier
 from opsagent.service.outbox import NotificationSender
-from opsagent.store import JobOutcome, ServiceStore, StoreLocation
+from opsagent.store import IncidentRecord, JobOutcome, ServiceStore, StoreLocation
+from opsagent.store.outbox import OutboxEvent
 from tests.service_support import serving
 from tests.test_service_queue import note
 
@@ -330,3 +332,38 @@ def test_a_sender_started_again_on_a_host_sends_at_once_what_its_killed_predeces
             await store.close()
 
     assert posted == run(scenario)
+
+
+def test_a_message_that_cannot_be_built_is_tried_again_later_and_the_others_still_go(
+    store_location: StoreLocation,
+) -> None:
+    clock = FakeClock(START)
+    posted: list[str] = []
+
+    class Broken(WebhookNotifier):
+        def body(
+            self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
+        ) -> dict[str, Any]:
+            if incident.service == "broken":
+                raise RuntimeError("a bug in the message")
+            return super().body(incident, report, key=key, event=event, thread=thread)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        posted.append(request.headers[IDEMPOTENCY_HEADER])
+        return httpx.Response(202)
+
+    async def scenario() -> None:
+        store = await ServiceStore.open(store_location, sinks=("webhook",))
+        sink = Broken(HOOK, transport=httpx.MockTransport(handler))
+        try:
+            await store.accept([note("g0").model_copy(update={"service": "broken"})])
+            keys = await investigate(store, 2)
+            assert await sender(store, sink, clock).send_due() == 2
+            rows = {r.key: r for r in await store.outbox_rows()}
+            assert sorted(posted) == sorted(keys[1:]) and all(rows[k].status == "done" for k in keys[1:])
+            assert (rows[keys[0]].status, rows[keys[0]].error) == ("pending", "RuntimeError: a bug in the message")
+        finally:
+            await sink.aclose()
+            await store.close()
+
+    run(scenario)

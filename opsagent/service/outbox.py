@@ -129,7 +129,11 @@ class NotificationSender:
             await self._settle(item, Delivery(outcome="refused", problem="the incident is gone"))
             return
         sink = self.sinks[item.sink]
-        delivery = await sink.deliver(incident, report, key=item.key, event=item.event, thread=item.thread)
+        try:
+            delivery = await sink.deliver(incident, report, key=item.key, event=item.event, thread=item.thread)
+        except Exception as exc:  # a fault of ours in one message: that message is tried again, the rest go on
+            log.error("notify.error", sink=item.sink, incident_id=item.incident_id, key=item.key, error=repr(exc))
+            delivery = Delivery(outcome="retry", problem=f"{type(exc).__name__}: {exc}")
         await self._settle(item, delivery)
 
     async def _settle(self, item: OutboxItem, delivery: Delivery) -> None:
