@@ -10,7 +10,7 @@ Tests check that every exception class the client libraries define has a row.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import httpx
@@ -26,6 +26,7 @@ from opsagent.errors import (
     SourceUnavailable,
 )
 from opsagent.redaction import scrub
+from opsagent.sizecap import BodyTooLarge
 
 ErrorTable = Sequence[tuple[type[BaseException], type[SourceError]]]
 Window = tuple[datetime, datetime] | None
@@ -39,55 +40,6 @@ MALFORMED: ErrorTable = (
     (TypeError, MalformedResponse),
     (ValueError, MalformedResponse),
 )
-
-#: The most one upstream answer may hold, as received (before decompression). An answer is read
-#: whole before it is parsed, so without a cap a 200 MB answer takes the process to a gigabyte.
-MAX_ANSWER_BYTES = 32 * 1024 * 1024
-
-
-class BodyTooLarge(Exception):
-    """An answer passed :data:`MAX_ANSWER_BYTES` (or a source's own cap) while it was read; raised by
-    :func:`size_cap`'s stream, translated into :class:`~opsagent.errors.AnswerTooLarge` here."""
-
-    def __init__(self, limit: int, url: str) -> None:
-        super().__init__(f"the answer from {url} passed {limit:,} bytes; reading stopped there")
-        self.limit = limit
-
-
-class _CappedStream(httpx.AsyncByteStream):
-    def __init__(self, stream: httpx.AsyncByteStream, *, limit: int, url: str) -> None:
-        self._stream = stream
-        self._limit = limit
-        self._url = url
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._stream:
-            seen += len(chunk)
-            if seen > self._limit:
-                raise BodyTooLarge(self._limit, self._url)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-def size_cap(limit: int = MAX_ANSWER_BYTES) -> Callable[[httpx.Response], Awaitable[None]]:
-    """An httpx response hook that stops reading an answer at ``limit`` bytes: one that says it is
-    larger is refused before its body is read, one that does not say is counted as it streams in.
-    (httpx calls response hooks before it reads the body, so the cap holds for every request.)"""
-
-    async def cap(response: httpx.Response) -> None:
-        url = str(response.request.url.copy_with(query=None))
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            await response.aclose()
-            raise BodyTooLarge(limit, url)
-        if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = _CappedStream(response.stream, limit=limit, url=url)
-
-    return cap
-
 
 #: httpx, for the readers that speak HTTP themselves (Jaeger, Tempo, a change feed).
 HTTPX_ERRORS: ErrorTable = (

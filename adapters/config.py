@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 import structlog
 
-from adapters.boundary import size_cap
 from adapters.changes_git import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
@@ -56,6 +55,7 @@ from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
 from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import Change, Edge, KubeObject, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
+from opsagent.sizecap import size_cap
 from opsagent.sources import Sources
 
 if TYPE_CHECKING:

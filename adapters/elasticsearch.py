@@ -6,7 +6,9 @@ from aggregations (terms on level and service over the window, a date histogram 
 hits are paged with ``search_after`` over a point in time, up to a cap, for the summariser.
 
 Read-only: it calls ``GET /``, ``_search``, ``_field_caps`` and opens and closes points in time
-(a read context; no document or index changes). Client errors are translated here, once.
+(a read context; no document or index changes). Client errors are translated here, once. Every
+answer is capped as it is read (:func:`opsagent.sizecap.size_cap` on the node's httpx client), as
+the other upstreams' are: a larger one is an ``AnswerTooLarge``, read no further than the cap.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from elastic_transport import (
     ConnectionTimeout,
     HttpHeaders,
     HttpxAsyncHttpNode,
+    NodeConfig,
     SerializationError,
     TransportError,
 )
@@ -36,6 +39,7 @@ from adapters.sourceconfig import LogFields
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange
+from opsagent.sizecap import BodyTooLarge, size_cap
 
 log = structlog.get_logger("opsagent.adapters")
 
@@ -56,10 +60,14 @@ _KEEP_ALIVE = "1m"
 
 
 class PlainJsonNode(HttpxAsyncHttpNode):
-    """The httpx node, asking for plain JSON.
+    """The httpx node, asking for plain JSON, its answers capped in size.
 
     The 9.x client asks for ``compatible-with=9`` media types, which Elasticsearch 8 and OpenSearch
     refuse; plain ``application/json`` is understood by all of them."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        super().__init__(config)
+        self.client.event_hooks["response"] = [size_cap()]
 
     async def perform_request(  # type: ignore[override]
         self, method: str, target: str, body: bytes | None = None, headers: HttpHeaders | None = None, **kw: Any
@@ -68,7 +76,12 @@ class PlainJsonNode(HttpxAsyncHttpNode):
         for name in ("accept", "content-type"):
             if name in plain and "json" in plain[name]:
                 plain[name] = "application/x-ndjson" if "ndjson" in plain[name] else "application/json"
-        return await super().perform_request(method, target, body=body, headers=plain, **kw)
+        try:
+            return await super().perform_request(method, target, body=body, headers=plain, **kw)
+        except TransportError as exc:  # the node wraps whatever its read raised; the cap is said as such
+            if isinstance(exc.__cause__, BodyTooLarge):
+                raise exc.__cause__ from None
+            raise
 
 
 class OpenSearchNode(PlainJsonNode):

@@ -50,10 +50,8 @@ from kr8s.asyncio.objects import (
 from adapters.boundary import (
     HTTPX_ERRORS,
     MALFORMED,
-    MAX_ANSWER_BYTES,
     ErrorTable,
     error_text,
-    size_cap,
     status_error,
     translate,
 )
@@ -67,6 +65,7 @@ from opsagent.errors import (
     SourceUnavailable,
 )
 from opsagent.fixtures import KubeKind, KubeObject
+from opsagent.sizecap import MAX_ANSWER_BYTES, size_cap
 
 log = structlog.get_logger("opsagent.adapters")
 

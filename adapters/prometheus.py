@@ -25,13 +25,14 @@ from prometheus_api_client.exceptions import MetricValueConversionError
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from adapters.boundary import MALFORMED, MAX_ANSWER_BYTES, BodyTooLarge, ErrorTable, error_text, status_error, translate
+from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
 from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import DEFAULT_SCAN_MATCH
 from opsagent.calls import bounded
 from opsagent.errors import AnswerTooLarge, MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.selector import SelectorError, parse
+from opsagent.sizecap import MAX_ANSWER_BYTES, BodyTooLarge
 from opsagent.stats import ts
 
 log = structlog.get_logger("opsagent.adapters")

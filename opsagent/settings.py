@@ -161,6 +161,21 @@ class Settings(BaseSettings):
         default=None,
         description="generic JSON webhook (PagerDuty/Opsgenie-style routers) for summaries (env only: holds a token)",
     )
+    slack_token: SecretStr | None = Field(
+        default=None,
+        description="Slack bot token for chat.postMessage (env only): with slack_channel, an incident's messages"
+        " share one thread; used instead of notify_url",
+    )
+    slack_channel: str | None = Field(default=None, description="the Slack channel the bot posts to (with slack_token)")
+    notify_attempts: int = Field(
+        default=12, ge=1, le=100, description="tries of one notification before it is marked failed"
+    )
+    notify_backoff_s: float = Field(
+        default=2.0, gt=0, allow_inf_nan=False, description="wait after a notification's first failed try, doubled each"
+    )
+    notify_max_backoff_s: float = Field(
+        default=300.0, gt=0, allow_inf_nan=False, description="longest wait between two tries of a notification"
+    )
 
     # Live data sources (`sources:`, see adapters/sourceconfig.py) and the signal catalog overrides
     # they are read with. Their secrets come from OPSAGENT_<KIND>_<NAME>_<SECRET> variables only.
@@ -182,6 +197,12 @@ class Settings(BaseSettings):
         if problem is not None:
             raise ValueError(problem)
         return url
+
+    @model_validator(mode="after")
+    def _slack_channel_with_token(self) -> Settings:
+        if self.slack_token is not None and not self.slack_channel:
+            raise ValueError("slack_token is set without slack_channel: name the channel the bot posts to")
+        return self
 
     @field_validator("public_url")
     @classmethod

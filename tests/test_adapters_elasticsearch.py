@@ -4,7 +4,7 @@ response shapes (see tests/fake_elasticsearch.py for the documentation each shap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -15,7 +15,14 @@ from adapters.live import LiveLogs
 from adapters.replay import ReplayLogs
 from adapters.sourceconfig import ElasticsearchConfig, LogFields
 from opsagent.doctor import check
-from opsagent.errors import MalformedResponse, QueryRejected, SourceAuthFailed, SourceTimeout, SourceUnavailable
+from opsagent.errors import (
+    AnswerTooLarge,
+    MalformedResponse,
+    QueryRejected,
+    SourceAuthFailed,
+    SourceTimeout,
+    SourceUnavailable,
+)
 from opsagent.fixtures import Recording, load
 from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
@@ -257,3 +264,33 @@ def test_doctor_reads_the_version_and_names_missing_fields(router: respx.Router)
     assert health.reachable and health.version == "8.15.0" and health.latency_ms is not None
     assert health.problems == ["no field 'k8s.pod.name' in logs-*"] and "set fields:" in health.fixes[0]
     assert set(fake.requests) <= READS
+
+
+def test_an_answer_of_200_mb_is_stopped_at_the_size_cap_as_it_streams_in(
+    router: respx.Router, recording: Recording
+) -> None:
+    sent = {"bytes": 0}
+    product = {"x-elastic-product": "Elasticsearch", "content-type": "application/json"}
+
+    class Huge(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b'{"took": 1, "hits": {"hits": ['
+            chunk = b'{"_source": {"message": "' + b"x" * (1 << 20) + b'"}},'
+            for _ in range(200):
+                sent["bytes"] += len(chunk)
+                yield chunk
+
+    router.route(host="es.test").mock(return_value=httpx.Response(200, headers=product, stream=Huge()))
+    with pytest.raises(AnswerTooLarge) as raised:
+        _summary(_reader(), _incident(recording), "order-service")
+    assert raised.value.source == "logs:es" and "passed 33,554,432 bytes" in str(raised.value)
+    assert sent["bytes"] < 40 * (1 << 20)  # the cap and a chunk: not the 200 MB offered
+
+    said = 200 * (1 << 20)  # one that says its size is refused before its body is read
+    router.route(host="es.test").mock(
+        return_value=httpx.Response(200, headers={**product, "content-length": str(said)}, stream=Huge())
+    )
+    sent["bytes"] = 0
+    with pytest.raises(AnswerTooLarge):
+        _summary(_reader(), _incident(recording), "order-service")
+    assert sent["bytes"] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -160,6 +161,31 @@ def test_an_answer_that_is_not_a_chat_completion_is_rejected() -> None:
     respx.post(ENDPOINT).mock(return_value=httpx.Response(200, json={"choices": []}))
     with pytest.raises(ModelRejected, match="not a chat completion"):
         asyncio.run(client().complete(HELLO))
+
+
+@respx.mock
+def test_an_answer_of_200_mb_is_refused_at_the_size_cap_as_it_streams_in_and_not_retried() -> None:
+    sent = {"bytes": 0}
+
+    class Huge(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b'{"id": "chatcmpl-1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "'
+            chunk = b"x" * (1 << 20)
+            for _ in range(200):
+                sent["bytes"] += len(chunk)
+                yield chunk
+
+    route = respx.post(ENDPOINT).mock(side_effect=lambda request: httpx.Response(200, stream=Huge()))
+    with pytest.raises(ModelRejected, match="passed 33,554,432 bytes"):
+        asyncio.run(client().complete(HELLO))
+    assert sent["bytes"] < 40 * (1 << 20) and route.call_count == 1  # the cap and a chunk, once
+
+    said = {"content-length": str(200 * (1 << 20))}  # one that says its size is not read at all
+    sent["bytes"] = 0
+    route.mock(side_effect=lambda request: httpx.Response(200, headers=said, stream=Huge()))
+    with pytest.raises(ModelRejected, match="passed 1,024 bytes"):
+        asyncio.run(client(max_answer_bytes=1024).complete(HELLO))
+    assert sent["bytes"] == 0
 
 
 TRANSPORT_ERRORS = [

@@ -15,7 +15,14 @@ from opsagent.scoreboard import IncidentScore, score
 from tests.conftest import ROOT
 
 RCA_DEV = ROOT.parent / "shared" / "datasets" / "rca-dev"
-pytestmark = pytest.mark.skipif(not RCA_DEV.is_dir(), reason="../shared/datasets/rca-dev is not here")
+#: The replays of the real sets take minutes on a quiet machine and many more on a busy one; what
+#: these tests check does not depend on how long that takes, so they are held to a guard against a
+#: hang rather than the suite's 300 s (beside two CPU hogs the shared replay's setup passed 300 s).
+HANG_GUARD_S = 3 * 3600
+pytestmark = [
+    pytest.mark.skipif(not RCA_DEV.is_dir(), reason="../shared/datasets/rca-dev is not here"),
+    pytest.mark.timeout(HANG_GUARD_S),
+]
 
 #: (AC@1, AC@3) floors for hybrid, per set: a little under what the replay measured on rca-dev v2
 #: with the fault-mechanism detectors (nezha-tt 0.657 / 0.743, nezha-ob 0.792 / 0.833, changerca

@@ -19,6 +19,7 @@ from opsagent.errors import ConfigError
 from opsagent.models import Report
 from opsagent.service.app import create_app
 from opsagent.service.auth import Credentials
+from opsagent.service.notifier import Delivery
 from opsagent.service.provider import FixtureProvider
 from opsagent.settings import Settings, load_settings
 from opsagent.store import IncidentRecord, StoreLocation
@@ -395,23 +396,30 @@ def test_stopping_gives_running_jobs_back_without_counting_an_attempt(app: FastA
         assert job is not None and job.attempts == 1
 
 
-def test_a_finished_investigation_is_sent_to_the_notifier(tmp_path: Path) -> None:
-    sent: list[IncidentRecord] = []
-    reports: list[Report | None] = []
+def test_a_finished_investigation_is_sent_to_the_sinks_once_with_its_report(tmp_path: Path) -> None:
+    sent: list[tuple[IncidentRecord, Report | None, str]] = []
 
     class Recorder:
-        async def notify(self, incident: IncidentRecord, report: Report | None = None) -> bool:
-            sent.append(incident)
-            reports.append(report)
-            return True
+        name = "recorder"
 
-    app = create_app(settings(tmp_path), runner="thread", poll_s=0.2, notifier=Recorder())
+        async def deliver(
+            self, incident: IncidentRecord, report: Report | None, *, key: str, event: str, thread: str | None
+        ) -> Delivery:
+            sent.append((incident, report, key))
+            return Delivery(outcome="sent")
+
+        async def aclose(self) -> None:
+            pass
+
+    app = create_app(settings(tmp_path), runner="thread", poll_s=0.2, sinks=[Recorder()])
     with TestClient(app, headers=AUTH) as client:
         incident_id = post(client, notification()).json()["incident_id"]
         finished(client, incident_id)
         wait_for(lambda: sent, timeout_s=10)
-    assert sent[0].id == incident_id and sent[0].outcome == "confirmed" and sent[0].root_kind == "config_change"
-    assert reports[0] is not None and reports[0].evidence  # the message can show the evidence and next step
+    incident, report, key = sent[0]
+    assert incident.id == incident_id and incident.outcome == "confirmed" and incident.root_kind == "config_change"
+    assert report is not None and report.evidence  # the message can show the evidence and next step
+    assert key == f"{incident_id}:investigated" and len(sent) == 1
 
 
 def test_serve_registers_on_a_typer_app_and_refuses_to_start_without_credentials(

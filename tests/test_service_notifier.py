@@ -1,5 +1,6 @@
-"""Notifications: a Slack Block Kit message and a generic JSON webhook, from a real finished
-investigation, retried through tenacity, sent by the service when an investigation ends."""
+"""Notifications: a Slack Block Kit message (incoming webhook, or the Web API in one thread per
+incident) and a generic JSON webhook, from a real finished investigation; one post says how it
+went; the service sends them through its outbox when an investigation ends."""
 
 from __future__ import annotations
 
@@ -13,15 +14,14 @@ import httpx
 import pytest
 import respx
 from fastapi.testclient import TestClient
-from prometheus_client import generate_latest
-from structlog.testing import capture_logs
 
 from opsagent.models import Report
 from opsagent.pipeline import investigate_fixture
 from opsagent.service.app import create_app
-from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.notifier import (
-    Notifiers,
+    IDEMPOTENCY_HEADER,
+    SLACK_POST,
+    Delivery,
     SlackNotifier,
     WebhookBody,
     WebhookNotifier,
@@ -103,75 +103,115 @@ def test_text_from_the_system_cannot_break_the_message_and_a_relative_link_is_no
     assert "INCONCLUSIVE — NEEDS A HUMAN" in inconclusive
 
 
-def test_the_generic_webhook_sends_one_documented_body_with_a_dedup_key(report: Report) -> None:
-    seen: list[dict[str, Any]] = []
+KEY = "inc-123:investigated"
+
+
+def deliver(
+    sink: SlackNotifier | WebhookNotifier, incident: IncidentRecord, report: Report | None = None, **kw: Any
+) -> Delivery:
+    options: dict[str, Any] = {"key": KEY, "event": "investigated", "thread": None, **kw}
+    return asyncio.run(sink.deliver(incident, report, **options))
+
+
+def test_the_generic_webhook_sends_one_documented_body_with_a_dedup_key_and_the_notifications_key(
+    report: Report,
+) -> None:
+    seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(json.loads(request.content))
+        seen.append(request)
         return httpx.Response(202)
 
     sink = WebhookNotifier(ROUTER, public_url="https://opsagent.example", transport=httpx.MockTransport(handler))
-    assert asyncio.run(sink.notify(record(), report))
-    body = WebhookBody.model_validate(seen[0])
+    assert deliver(sink, record(), report).outcome == "sent"
+    assert seen[0].headers[IDEMPOTENCY_HEADER] == KEY
+    body = WebhookBody.model_validate_json(seen[0].content)
     assert body.dedup_key == "inc-123" and body.severity == "critical" and body.outcome == "confirmed"
+    assert body.notification_key == KEY and body.event == "investigation.finished"
     assert (body.root_component, body.root_kind) == ("order-service", "config_change")
     assert body.report_url == "https://opsagent.example/incidents/inc-123.html"
     assert 0 < len(body.evidence) <= 3 and body.next_steps == report.next_steps
-    resolved = WebhookBody.model_validate(
-        json.loads(json.dumps(sink.body(record(state="resolved"), None)))  # without the report: still whole
+    resolved = WebhookBody.model_validate(  # without the report: still whole
+        json.loads(json.dumps(sink.body(record(state="resolved"), None, key="k", event="resolved", thread=None)))
     )
-    assert resolved.severity == "info" and resolved.evidence == []
+    assert resolved.severity == "info" and resolved.evidence == [] and resolved.event == "incident.resolved"
 
 
-def test_retries_follow_the_policy_and_retry_after_and_a_refusal_is_final() -> None:
-    answers = iter([httpx.Response(503), httpx.Response(429, headers={"retry-after": "2"}), httpx.Response(200)])
-    slept: list[float] = []
-
-    async def sleep(s: float) -> None:
-        slept.append(s)
-
-    metrics = ServiceMetrics()
-    ok = SlackNotifier(HOOK, transport=httpx.MockTransport(lambda r: next(answers)), sleep=sleep, metrics=metrics)
-    assert asyncio.run(ok.notify(record()))
-    assert slept == [0.5, 2.0]
-    assert "xyzzy" not in repr(ok)
-
-    slept.clear()
-    too_long = SlackNotifier(
-        HOOK, transport=httpx.MockTransport(lambda r: httpx.Response(429, headers={"retry-after": "600"})), sleep=sleep
-    )
-    with capture_logs() as logs:
-        assert not asyncio.run(too_long.notify(record())) and slept == []  # never waits ten minutes for a chat message
-    assert [e["event"] for e in logs] == ["notify.failed"] and logs[0]["problem"] == "HTTP 429"
-    assert "xyzzy" not in str(logs)
-
-    calls: list[int] = []
-
-    def refuse(request: httpx.Request) -> httpx.Response:
-        calls.append(1)
-        return httpx.Response(403, text="invalid_token")
-
-    refused = SlackNotifier(HOOK, transport=httpx.MockTransport(refuse), sleep=sleep, metrics=metrics)
-    assert not asyncio.run(refused.notify(record())) and calls == [1]
+def test_one_post_says_whether_to_try_again_and_when_and_never_shows_the_url() -> None:
+    answers = {
+        "503": httpx.Response(503),
+        "429": httpx.Response(429, headers={"retry-after": "7"}),
+        "403": httpx.Response(403, text="invalid_token"),
+    }
+    for status, answer in answers.items():
+        sink = SlackNotifier(HOOK, transport=httpx.MockTransport(lambda r, a=answer: a))
+        delivery = deliver(sink, record())
+        assert delivery.problem == f"HTTP {status}"
+        assert delivery.outcome == ("refused" if status == "403" else "retry")
+        assert delivery.wait_s == (7.0 if status == "429" else None)
 
     def down(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
 
-    gone = SlackNotifier(HOOK, transport=httpx.MockTransport(down), sleep=sleep, attempts=3)
-    slept.clear()
-    assert not asyncio.run(gone.notify(record())) and slept == [0.5, 1.0]
-    text = generate_latest(metrics.registry).decode()
-    assert 'opsagent_notify_total{result="sent"} 1.0' in text and 'opsagent_notify_total{result="failed"} 1.0' in text
+    gone = SlackNotifier(HOOK, transport=httpx.MockTransport(down))
+    assert deliver(gone, record()) == deliver(gone, record()) and deliver(gone, record()).outcome == "retry"
+    assert "xyzzy" not in repr(gone) and "xyzzy" not in str(deliver(gone, record()))
 
 
-def test_both_sinks_come_from_the_settings_and_each_gets_the_message(tmp_path: Path) -> None:
+def test_a_sink_that_does_not_answer_within_the_timeout_is_tried_again() -> None:
+    async def stalls(request: httpx.Request) -> httpx.Response:
+        await asyncio.Event().wait()  # never answers: only the sink's timeout ends the post
+        raise AssertionError("unreachable")
+
+    sink = WebhookNotifier(ROUTER, transport=httpx.MockTransport(stalls), timeout_s=0.05)
+    delivery = deliver(sink, record())
+    assert delivery.outcome == "retry" and delivery.problem == "no answer within 0.05 s"
+
+
+def test_slack_through_the_web_api_replies_in_the_thread_of_the_incidents_first_post() -> None:
+    seen: list[httpx.Request] = []
+    answers = iter(
+        [
+            httpx.Response(200, json={"ok": True, "channel": "C1", "ts": "1700000000.000100"}),
+            httpx.Response(200, json={"ok": True, "channel": "C1", "ts": "1700000100.000200"}),
+            httpx.Response(200, json={"ok": False, "error": "ratelimited"}, headers={"retry-after": "3"}),
+            httpx.Response(200, json={"ok": False, "error": "channel_not_found"}),
+        ]
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return next(answers)
+
+    sink = SlackNotifier(token="xoxb-plugh-token", channel="#oncall", transport=httpx.MockTransport(handler))
+    first = deliver(sink, record())
+    assert first.outcome == "sent" and first.thread == "1700000000.000100"
+    assert deliver(sink, record(state="resolved"), event="resolved", thread=first.thread).outcome == "sent"
+    assert [str(r.url) for r in seen] == [SLACK_POST, SLACK_POST]
+    bodies = [json.loads(r.content) for r in seen]
+    assert bodies[0]["channel"] == "#oncall" and "thread_ts" not in bodies[0]
+    assert bodies[1]["thread_ts"] == "1700000000.000100" and bodies[1]["blocks"]
+    assert seen[0].headers["authorization"] == "Bearer xoxb-plugh-token"
+    limited = deliver(sink, record())
+    assert (limited.outcome, limited.problem, limited.wait_s) == ("retry", "Slack: ratelimited", 3.0)
+    assert deliver(sink, record()).outcome == "refused"  # a channel that is not there will not appear
+    assert "plugh" not in repr(sink)
+
+
+def test_both_sinks_come_from_the_settings_and_the_web_api_needs_a_channel(tmp_path: Path) -> None:
     configured = sinks_from(settings(tmp_path, notify_url=HOOK, notify_webhook_url=ROUTER))
-    assert isinstance(configured, Notifiers)
-    assert [type(s) for s in configured.sinks] == [SlackNotifier, WebhookNotifier]
-    assert "plugh" not in repr(configured.sinks) and sinks_from(settings(tmp_path)) is None
+    assert [type(s) for s in configured] == [SlackNotifier, WebhookNotifier]
+    assert [s.name for s in configured] == ["slack", "webhook"]
+    assert "plugh" not in repr(configured) and sinks_from(settings(tmp_path)) == []
+    web_api = sinks_from(settings(tmp_path, notify_url=HOOK, slack_token="xoxb-t", slack_channel="#oncall"))
+    assert len(web_api) == 1 and isinstance(web_api[0], SlackNotifier) and web_api[0].channel == "#oncall"
+    with pytest.raises(ValueError, match="slack_token is set without slack_channel"):
+        settings(tmp_path, slack_token="xoxb-t")
 
 
-def test_the_service_sends_block_kit_with_the_reports_evidence_when_an_investigation_ends(tmp_path: Path) -> None:
+def test_the_service_sends_block_kit_with_the_reports_evidence_when_an_investigation_ends_then_the_resolution(
+    tmp_path: Path,
+) -> None:
     with respx.mock(assert_all_called=False) as router:
         slack = router.post(HOOK).mock(return_value=httpx.Response(200, text="ok"))
         hook = router.post(ROUTER).mock(return_value=httpx.Response(202))
@@ -183,6 +223,12 @@ def test_the_service_sends_block_kit_with_the_reports_evidence_when_an_investiga
         with TestClient(app, headers=AUTH) as client:
             incident_id = client.post("/webhook/alertmanager", json=notification()).json()["incident_id"]
             wait_for(lambda: slack.called and hook.called, timeout_s=30)
+            client.post("/webhook/alertmanager", json=notification(status="resolved"))
+            wait_for(lambda: slack.call_count == hook.call_count == 2, timeout_s=30)
+    for sink in (slack, hook):  # the investigation's end, then the resolution: each once, under its own key
+        keys = [c.request.headers[IDEMPOTENCY_HEADER] for c in sink.calls]
+        assert keys == [f"{incident_id}:investigated", f"{incident_id}:resolved"]
+    assert "(resolved)" in json.loads(slack.calls[1].request.content)["text"]
     blocks = json.loads(slack.calls[0].request.content)["blocks"]
     text = _texts(blocks)
     assert "*Top evidence*" in text and "*Next step*" in text

@@ -1,22 +1,17 @@
-"""The durable queue in the store, the group-commit inbox, leases, the notifier and the charts."""
+"""The durable queue in the store, the group-commit inbox, leases and the charts."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client import generate_latest
 
 from opsagent.models import TimeRange
 from opsagent.service.charts import Chart, Marker, svg
-from opsagent.service.metrics import ServiceMetrics
-from opsagent.service.notifier import SlackNotifier
 from opsagent.service.queue import Inbox, Owner, settle
 from opsagent.store import Accepted, IncidentRecord, JobOutcome, NotificationIn, ServiceStore, Store, StoreLocation
 from tests.test_lessons import lesson
@@ -168,67 +163,6 @@ def test_the_inbox_commits_concurrent_notifications_together(
     assert sum(calls) == 40 and len(calls) < 40  # fewer commits than notifications
     with Store(store_location) as store:
         assert store.notification_count() == 40 and store.job_counts()["queued"] == 5
-
-
-def incident() -> IncidentRecord:
-    return IncidentRecord(
-        id="inc-123",
-        group_key="g",
-        state="firing",
-        investigation="done",
-        service="order-service",
-        alertname="HighLatency",
-        title="order-service p99 latency 2.25s",
-        receiver="opsagent",
-        created_at=NOW,
-        updated_at=NOW,
-        resolved_at=None,
-        notifications=1,
-        outcome="confirmed",
-        root_component="order-service",
-        root_kind="config_change",
-    )
-
-
-def test_the_notifier_retries_then_gives_up_on_a_refusal() -> None:
-    answers = iter([httpx.Response(503), httpx.Response(429, headers={"retry-after": "0"}), httpx.Response(200)])
-    seen: list[dict[str, object]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(json.loads(request.content))
-        return next(answers)
-
-    slept: list[float] = []
-
-    async def sleep(s: float) -> None:
-        slept.append(s)
-
-    metrics = ServiceMetrics()
-    notifier = SlackNotifier(
-        "https://hooks.example/services/T/B/xyzzy-token",
-        public_url="https://opsagent.example/",
-        metrics=metrics,
-        transport=httpx.MockTransport(handler),
-        sleep=sleep,
-    )
-    assert asyncio.run(notifier.notify(incident()))
-    assert len(seen) == 3 and slept == [0.5, 0.0]
-    text = str(seen[0]["text"])
-    assert "config_change on order-service" in text and "https://opsagent.example/incidents/inc-123.html" in text
-    assert "xyzzy" not in repr(notifier)
-
-    refused = SlackNotifier(
-        "https://hooks.example/x", transport=httpx.MockTransport(lambda r: httpx.Response(400)), sleep=sleep
-    )
-    calls_before = len(slept)
-    assert not asyncio.run(refused.notify(incident())) and len(slept) == calls_before  # a 400 is not retried
-
-    def broken(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused")
-
-    down = SlackNotifier("https://hooks.example/x", transport=httpx.MockTransport(broken), sleep=sleep, attempts=3)
-    assert not asyncio.run(down.notify(incident()))
-    assert 'opsagent_notify_total{result="sent"} 1.0' in generate_latest(metrics.registry).decode()
 
 
 def test_charts_mark_baseline_onset_shift_changes_and_escape_text() -> None:

@@ -7,7 +7,9 @@ Retries: 429, 5xx, timeouts and connection errors, with exponential backoff, hon
 ``Retry-After`` (seconds or an HTTP date) up to ``max_backoff_s``, through the one retry policy
 (:mod:`opsagent.retrying`, tenacity). Token usage comes from the
 response; a server that reports none gets an estimate, marked as such. The API key goes into the
-``Authorization`` header and nowhere else: never logged, never in a transcript.
+``Authorization`` header and nowhere else: never logged, never in a transcript. An answer is read no
+further than :data:`MAX_ANSWER_BYTES` (:mod:`opsagent.sizecap`): a larger one is refused
+(``ModelRejected``), not retried, and never held whole in memory.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from opsagent.models import PromptMessage, PromptToolCall
 from opsagent.redaction import Redactor, redact_messages, redactors
 from opsagent.retrying import RETRYABLE_STATUS, GaveUp, Retryable, RetryPolicy, retry_after, with_retries
 from opsagent.settings import LLMSettings, ModelPrice
+from opsagent.sizecap import MAX_ANSWER_BYTES, BodyTooLarge, size_cap
 from opsagent.tokens import estimate_tokens
 
 log = structlog.get_logger("opsagent.llm")
@@ -142,6 +145,8 @@ class ChatClient:
     retries: int = 3
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
+    #: the most of an answer read: a server that answers more is refused at this many bytes
+    max_answer_bytes: int = MAX_ANSWER_BYTES
     redaction: Sequence[Redactor] = field(default_factory=redactors)
     transport: httpx.AsyncBaseTransport | None = None
     sleep: Sleep = asyncio.sleep
@@ -205,12 +210,15 @@ class ChatClient:
         started = self.clock()
         deadline = started + request.timeout_s if request.timeout_s is not None else math.inf
         policy = RetryPolicy(retries=self.retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s)
-        async with httpx.AsyncClient(transport=self.transport, headers=self._headers()) as http:
+        hooks = {"response": [size_cap(self.max_answer_bytes)]}
+        async with httpx.AsyncClient(transport=self.transport, headers=self._headers(), event_hooks=hooks) as http:
 
             async def attempt(number: int) -> ChatResult:
                 timeout = max(min(self.timeout_s, deadline - self.clock()), 0.001)
                 try:
                     response = await http.post(self.endpoint, json=body, timeout=timeout)
+                except BodyTooLarge as exc:  # the same request gets the same answer: not retried
+                    raise ModelRejected(f"{safe_url(self.endpoint)}: {exc}") from None
                 except httpx.TimeoutException:
                     raise Retryable(f"no answer within {timeout:g} s") from None
                 except httpx.TransportError as exc:

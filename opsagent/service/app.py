@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,10 +36,12 @@ from starlette.requests import ClientDisconnect
 
 from opsagent.correlation import Correlator
 from opsagent.models import Report
+from opsagent.retrying import RetryPolicy
 from opsagent.service.auth import Credentials
 from opsagent.service.charts import Chart
 from opsagent.service.metrics import ServiceMetrics
-from opsagent.service.notifier import Notifier, sinks_from
+from opsagent.service.notifier import Sink, sinks_from
+from opsagent.service.outbox import NotificationSender
 from opsagent.service.pages import incident_page, index_page, not_found_page
 from opsagent.service.payload import GrafanaPayload, WebhookPayload
 from opsagent.service.provider import SourceProvider, known_topology, provider_for
@@ -210,7 +212,7 @@ class Parts:
     store: ServiceStore
     inbox: Inbox
     dispatcher: Dispatcher | None
-    notifier: Notifier | None
+    sender: NotificationSender | None
 
 
 def _problems(exc: RequestValidationError) -> list[Problem]:
@@ -228,7 +230,7 @@ def create_app(
     *,
     provider: SourceProvider | None = None,
     runner: Literal["process", "thread"] = "process",
-    notifier: Notifier | None = None,
+    sinks: Sequence[Sink] | None = None,
     metrics: ServiceMetrics | None = None,
     poll_s: float = 2.0,
     log_level: str = "info",
@@ -274,12 +276,25 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         nonlocal parts
-        store = await ServiceStore.open(settings.store)  # connects and migrates, or fails loudly
-        sink, owned = notifier, None
-        dispatcher = None
+        # every role writes what an incident's changes owe the sinks; web replicas leave the sending
+        # to the processes that run workers
+        configured = list(sinks) if sinks is not None else sinks_from(settings)
+        store = await ServiceStore.open(settings.store, sinks=[s.name for s in configured])  # or fails loudly
+        dispatcher, sender = None, None
         if role != "web":
-            if sink is None:
-                sink = owned = sinks_from(settings, metrics)
+            if configured:
+                sender = NotificationSender(
+                    store=store,
+                    sinks=configured,
+                    metrics=metrics,
+                    policy=RetryPolicy(
+                        retries=settings.notify_attempts - 1,
+                        backoff_s=settings.notify_backoff_s,
+                        max_backoff_s=settings.notify_max_backoff_s,
+                    ),
+                    poll_s=poll_s,
+                )
+                await sender.start()
             dispatcher = Dispatcher(
                 store=store,
                 runner=Runner(config, workers=settings.workers, kind=runner),
@@ -288,11 +303,11 @@ def create_app(
                 timeout_s=settings.job_timeout_s,
                 attempts=settings.job_attempts,
                 poll_s=poll_s,
-                on_done=_notify_task(sink, store) if sink is not None else None,
+                on_finished=sender.wake if sender is not None else None,
                 retention_s=settings.retention_days * 86400 or None,
             )
             await dispatcher.start()
-        parts = Parts(settings, metrics, store, Inbox(store), dispatcher, sink)
+        parts = Parts(settings, metrics, store, Inbox(store), dispatcher, sender)
         log.info(
             "service.start",
             role=role,
@@ -300,7 +315,7 @@ def create_app(
             provider=provider.name,
             auth=repr(credentials),
             readers=repr(readers),
-            notify=sink is not None,
+            notify=[s.name for s in configured],
             store=store.where,
         )
         try:
@@ -308,8 +323,11 @@ def create_app(
         finally:
             if dispatcher is not None:
                 await dispatcher.stop()
-            if owned is not None:
-                await owned.aclose()
+            if sender is not None:
+                await sender.stop()
+            if sinks is None:  # the ones built here; a caller's are the caller's to close
+                for sink in configured:
+                    await sink.aclose()
             await store.close()
             parts = None
             log.info("service.stop")
@@ -595,14 +613,3 @@ async def _load(
 def _json_list(text: str) -> list[Any]:
     value = json.loads(text)
     return value if isinstance(value, list) else []
-
-
-def _notify_task(notifier: Notifier, store: ServiceStore) -> Callable[[IncidentRecord], Awaitable[None]]:
-    async def send(incident: IncidentRecord) -> None:
-        try:  # the message shows the report's evidence and next step; without it, the verdict alone
-            report: Report | None = await store.report(incident.id)
-        except StoreError:
-            report = None
-        await notifier.notify(incident, report)
-
-    return send

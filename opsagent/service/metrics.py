@@ -48,9 +48,7 @@ class ServiceMetrics:
         self.source_errors = Counter(
             "opsagent_source_errors", "Data sources an investigation could not read, by source", ["source"], registry=r
         )
-        self.notify = Counter(
-            "opsagent_notify", "Summaries sent to the notification sink, by result", ["result"], registry=r
-        )
+        self.notify = Counter("opsagent_notify", "Posts to notification sinks, by result", ["result"], registry=r)
         for status in ("firing", "resolved"):
             self.alerts_received.labels(status=status)
         for action in ACTIONS:
@@ -61,5 +59,5 @@ class ServiceMetrics:
             self.investigations.labels(outcome=outcome)
         for state in ("queued", "running"):
             self.queue_depth.labels(state=state)
-        for result in ("sent", "failed"):
+        for result in ("sent", "retried", "failed"):
             self.notify.labels(result=result)

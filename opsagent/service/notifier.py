@@ -1,20 +1,25 @@
-"""Notification sinks: what a finished investigation says, sent where the on-call engineer looks.
+"""Notification sinks: what an incident's investigation found (and its resolution), posted where
+the on-call engineer looks.
 
-* :class:`SlackNotifier`: a Slack incoming webhook, as Block Kit (verdict, root cause, top evidence,
-  next step, a button to the report page) with a plain ``text`` fallback (notifications, and
-  Mattermost / Rocket.Chat, which read only that).
+* :class:`SlackNotifier`: Slack, as Block Kit (verdict, root cause, top evidence, next step, a
+  button to the report page) with a plain ``text`` fallback (notifications, and Mattermost /
+  Rocket.Chat, which read only that). Through an incoming webhook, or through the Web API's
+  ``chat.postMessage`` with a bot token and a channel: only that one answers with the post's ``ts``,
+  so only there do later messages about the incident reply in the first one's thread.
 * :class:`WebhookNotifier`: a generic JSON webhook for PagerDuty / Opsgenie-style routers and
   anything else: one documented document (:class:`WebhookBody`) with a dedup key.
 
-Both retry network errors, 408/425/429 and 5xx through :mod:`opsagent.retrying` (tenacity),
-honouring ``Retry-After``; a refusal (another 4xx) is not retried. URLs usually hold a token, so
-they are never logged or printed.
+A sink posts once and says how it went (:class:`Delivery`): sent, worth another try (a network
+error or timeout, 408/425/429, 5xx, Slack's ``ratelimited``; with the wait the sink asked for), or
+refused. The retries, their backoff and the once-only rule belong to the outbox
+(:mod:`opsagent.service.outbox`), which keeps them in the store. Every post carries the
+notification's stable key as an ``Idempotency-Key`` header, so a sink that took a post whose answer
+never arrived recognises the retry. URLs and tokens are never logged or printed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -22,10 +27,10 @@ import structlog
 from pydantic import BaseModel, Field
 
 from opsagent.models import Report
-from opsagent.retrying import RETRYABLE_STATUS, GaveUp, Retryable, RetryPolicy, retry_after, with_retries
-from opsagent.service.metrics import ServiceMetrics
+from opsagent.retrying import RETRYABLE_STATUS, retry_after
 from opsagent.settings import Settings
 from opsagent.store import IncidentRecord
+from opsagent.store.outbox import OutboxEvent
 
 log = structlog.get_logger("opsagent.service.notifier")
 
@@ -35,8 +40,35 @@ _HEADER, _SECTION = 150, 3000
 TOP_EVIDENCE = 3
 
 
-class Notifier(Protocol):
-    async def notify(self, incident: IncidentRecord, report: Report | None = None) -> bool: ...
+#: The header a sink receives the notification's stable key in (draft-ietf-httpapi-idempotency-key-header).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: Slack's Web API method that posts a message and answers with its ``ts``.
+SLACK_POST = "https://slack.com/api/chat.postMessage"
+#: Slack Web API errors (HTTP 200, ``ok: false``) another attempt may get past; the rest are refusals.
+SLACK_TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"})
+
+
+class Delivery(BaseModel):
+    """How one post went."""
+
+    outcome: Literal["sent", "retry", "refused"]
+    problem: str | None = None
+    #: seconds the sink asked to wait before the next try (``Retry-After``)
+    wait_s: float | None = None
+    #: the post's Slack ``ts``: later posts about the incident reply in its thread
+    thread: str | None = None
+
+
+class Sink(Protocol):
+    """Where notifications go: ``name`` is what the outbox keeps its rows under."""
+
+    name: str
+
+    async def deliver(
+        self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
+    ) -> Delivery: ...
+
+    async def aclose(self) -> None: ...
 
 
 def report_link(incident: IncidentRecord, public_url: str | None) -> str:
@@ -128,8 +160,15 @@ class WebhookBody(BaseModel):
 
     version: Literal["1"] = "1"
     source: Literal["opsagent"] = "opsagent"
-    event: Literal["investigation.finished"] = "investigation.finished"
+    event: Literal["investigation.finished", "incident.resolved"] = Field(
+        default="investigation.finished", description="what changed: the investigation ended, or the alert resolved"
+    )
     dedup_key: str = Field(description="the incident id: one per incident, for routers' deduplication")
+    notification_key: str = Field(
+        default="",
+        description="this notification's stable key (incident and what changed), also sent as the Idempotency-Key"
+        " header: a post seen twice under one key is one notification retried",
+    )
     incident_id: str
     title: str
     service: str
@@ -148,12 +187,21 @@ class WebhookBody(BaseModel):
     report_url: str
 
 
-def webhook_body(incident: IncidentRecord, link: str, report: Report | None = None) -> WebhookBody:
+def webhook_body(
+    incident: IncidentRecord,
+    link: str,
+    report: Report | None = None,
+    *,
+    key: str = "",
+    event: OutboxEvent = "investigated",
+) -> WebhookBody:
     severity: Literal["critical", "warning", "info"] = (
         "info" if incident.state == "resolved" else "critical" if incident.outcome == "confirmed" else "warning"
     )
     return WebhookBody(
+        event="incident.resolved" if event == "resolved" else "investigation.finished",
         dedup_key=incident.id,
+        notification_key=key,
         incident_id=incident.id,
         title=incident.title,
         service=incident.service,
@@ -180,29 +228,23 @@ def webhook_body(incident: IncidentRecord, link: str, report: Report | None = No
 
 
 class _Poster:
-    """One sink: a POST of JSON with retries; the URL stays secret."""
+    """One sink: one POST of JSON a notification, its stable key in a header; the URL stays secret."""
 
-    kind = "sink"
+    name = "sink"
 
     def __init__(
         self,
         url: str,
         *,
         public_url: str | None = None,
-        metrics: ServiceMetrics | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        attempts: int = 4,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
         timeout_s: float = 5.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self._url = url
         self.public_url = public_url
-        self.metrics = metrics
-        self.policy = RetryPolicy(retries=max(attempts - 1, 0), backoff_s=backoff_s, max_backoff_s=max_backoff_s)
-        self.sleep = sleep
-        self._client = httpx.AsyncClient(transport=transport, timeout=timeout_s)
+        self.timeout_s = timeout_s
+        self._client = httpx.AsyncClient(transport=transport, timeout=timeout_s, headers=headers)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url=<secret>)"
@@ -210,86 +252,108 @@ class _Poster:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def body(self, incident: IncidentRecord, report: Report | None) -> dict[str, Any]:
+    def body(
+        self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
+    ) -> dict[str, Any]:
         raise NotImplementedError
 
-    async def notify(self, incident: IncidentRecord, report: Report | None = None) -> bool:
-        body = self.body(incident, report)
+    async def deliver(
+        self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
+    ) -> Delivery:
+        body = self.body(incident, report, key=key, event=event, thread=thread)
+        try:  # the whole exchange within the timeout: a sink that trickles its answer is a timeout too
+            async with asyncio.timeout(self.timeout_s):
+                response = await self._client.post(self._url, json=body, headers={IDEMPOTENCY_HEADER: key})
+        except TimeoutError:
+            return Delivery(outcome="retry", problem=f"no answer within {self.timeout_s:g} s")
+        except httpx.HTTPError as exc:
+            return Delivery(outcome="retry", problem=type(exc).__name__)
+        if response.is_success:
+            return self.answered(response)
+        problem = f"HTTP {response.status_code}"
+        if response.status_code in RETRYABLE_STATUS:
+            return Delivery(outcome="retry", problem=problem, wait_s=retry_after(response.headers))
+        return Delivery(outcome="refused", problem=problem)  # retrying will not change the sink's mind
 
-        async def attempt(number: int) -> int:
-            try:
-                response = await self._client.post(self._url, json=body)
-            except httpx.HTTPError as exc:
-                raise Retryable(type(exc).__name__) from None
-            if response.is_success:
-                return number
-            problem = f"HTTP {response.status_code}"
-            if response.status_code in RETRYABLE_STATUS:
-                raise Retryable(problem, wait_s=retry_after(response.headers))
-            raise _Refused(problem)  # the sink refuses this message: retrying will not change its mind
-
-        def retrying(number: int, wait: float, problem: str) -> None:
-            log.info("notify.retry", sink=self.kind, incident_id=incident.id, attempt=number, problem=problem)
-
-        try:
-            number = await with_retries(attempt, policy=self.policy, sleep=self.sleep, on_retry=retrying)
-        except (GaveUp, _Refused) as exc:
-            log.warning("notify.failed", sink=self.kind, incident_id=incident.id, problem=str(exc))
-            self._count("failed")
-            return False
-        log.info("notify.sent", sink=self.kind, incident_id=incident.id, attempt=number)
-        self._count("sent")
-        return True
-
-    def _count(self, result: str) -> None:
-        if self.metrics is not None:
-            self.metrics.notify.labels(result=result).inc()
-
-
-class _Refused(Exception):
-    pass
+    def answered(self, response: httpx.Response) -> Delivery:
+        return Delivery(outcome="sent")
 
 
 class SlackNotifier(_Poster):
-    kind = "slack"
+    """Slack through an incoming webhook (``url``), or through ``chat.postMessage`` when a
+    ``channel`` is given (``url`` is then the method's, and ``token`` the bot token): the Web API
+    answers with the post's ``ts``, so later messages about the incident go in its thread."""
 
-    def body(self, incident: IncidentRecord, report: Report | None) -> dict[str, Any]:
-        return message(incident, report_link(incident, self.public_url), report)
+    name = "slack"
+
+    def __init__(
+        self,
+        url: str = SLACK_POST,
+        *,
+        channel: str | None = None,
+        token: str | None = None,
+        public_url: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        super().__init__(url, public_url=public_url, transport=transport, timeout_s=timeout_s, headers=headers)
+        self.channel = channel
+
+    def __repr__(self) -> str:
+        return f"SlackNotifier(url=<secret>, channel={self.channel!r})"
+
+    def body(
+        self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
+    ) -> dict[str, Any]:
+        body = message(incident, report_link(incident, self.public_url), report)
+        if self.channel is not None:
+            body["channel"] = self.channel
+            if thread is not None:
+                body["thread_ts"] = thread
+        return body
+
+    def answered(self, response: httpx.Response) -> Delivery:
+        if self.channel is None:  # an incoming webhook answers "ok"
+            return Delivery(outcome="sent")
+        try:
+            answer = response.json()
+        except ValueError:
+            return Delivery(outcome="retry", problem="Slack's answer is not JSON")
+        if not isinstance(answer, dict):
+            return Delivery(outcome="retry", problem="Slack's answer is not a JSON object")
+        if answer.get("ok") is True:
+            ts = answer.get("ts")
+            return Delivery(outcome="sent", thread=ts if isinstance(ts, str) else None)
+        error = str(answer.get("error", "unknown_error"))
+        outcome: Literal["retry", "refused"] = "retry" if error in SLACK_TRANSIENT else "refused"
+        return Delivery(outcome=outcome, problem=f"Slack: {error}", wait_s=retry_after(response.headers))
 
 
 class WebhookNotifier(_Poster):
-    kind = "webhook"
+    name = "webhook"
 
-    def body(self, incident: IncidentRecord, report: Report | None) -> dict[str, Any]:
-        return webhook_body(incident, report_link(incident, self.public_url), report).model_dump(mode="json")
-
-
-class Notifiers:
-    """Several sinks as one: each gets the message; sent when at least one took it."""
-
-    def __init__(self, sinks: Sequence[_Poster]) -> None:
-        self.sinks = list(sinks)
-
-    async def notify(self, incident: IncidentRecord, report: Report | None = None) -> bool:
-        results = await asyncio.gather(*(s.notify(incident, report) for s in self.sinks))
-        return any(results)
-
-    async def aclose(self) -> None:
-        for sink in self.sinks:
-            await sink.aclose()
+    def body(
+        self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
+    ) -> dict[str, Any]:
+        link = report_link(incident, self.public_url)
+        return webhook_body(incident, link, report, key=key, event=event).model_dump(mode="json")
 
 
-def sinks_from(settings: Settings, metrics: ServiceMetrics | None = None) -> Notifiers | None:
-    """The sinks the settings configure (``notify_url``: Slack, ``notify_webhook_url``: generic JSON)."""
-    sinks: list[_Poster] = []
-    if settings.notify_url is not None:
+def sinks_from(settings: Settings) -> list[Sink]:
+    """The sinks the settings configure: Slack (``slack_token`` and ``slack_channel``, or an incoming
+    webhook ``notify_url``) and a generic JSON webhook (``notify_webhook_url``)."""
+    sinks: list[Sink] = []
+    if settings.slack_token is not None and settings.slack_channel:
         sinks.append(
-            SlackNotifier(settings.notify_url.get_secret_value(), public_url=settings.public_url, metrics=metrics)
-        )
-    if settings.notify_webhook_url is not None:
-        sinks.append(
-            WebhookNotifier(
-                settings.notify_webhook_url.get_secret_value(), public_url=settings.public_url, metrics=metrics
+            SlackNotifier(
+                token=settings.slack_token.get_secret_value(),
+                channel=settings.slack_channel,
+                public_url=settings.public_url,
             )
         )
-    return Notifiers(sinks) if sinks else None
+    elif settings.notify_url is not None:
+        sinks.append(SlackNotifier(settings.notify_url.get_secret_value(), public_url=settings.public_url))
+    if settings.notify_webhook_url is not None:
+        sinks.append(WebhookNotifier(settings.notify_webhook_url.get_secret_value(), public_url=settings.public_url))
+    return sinks

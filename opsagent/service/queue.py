@@ -28,7 +28,7 @@ import structlog
 
 from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.worker import JobInput, JobOutput, Runner
-from opsagent.store import Accepted, ClaimedJob, IncidentRecord, NotificationIn, ServiceStore, StoreError
+from opsagent.store import Accepted, ClaimedJob, NotificationIn, ServiceStore, StoreError
 
 log = structlog.get_logger("opsagent.service.queue")
 
@@ -123,9 +123,6 @@ class Owner:
         return pid == self.pid or not _alive(pid)
 
 
-Notify = Callable[[IncidentRecord], Awaitable[None]]
-
-
 class Dispatcher:
     """Leases queued jobs to the runner and records how each ended."""
 
@@ -139,7 +136,7 @@ class Dispatcher:
         timeout_s: float = 300.0,
         attempts: int = 3,
         poll_s: float = 2.0,
-        on_done: Notify | None = None,
+        on_finished: Callable[[], None] | None = None,
         retention_s: float | None = None,
         prune_every_s: float = 3600.0,
     ) -> None:
@@ -150,7 +147,8 @@ class Dispatcher:
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.poll_s = poll_s
-        self.on_done = on_done
+        #: told when a job's end is recorded (it owes the sinks a notification, in the outbox now)
+        self.on_finished = on_finished
         self.retention_s = retention_s
         self.prune_every_s = prune_every_s
         self.owner = Owner()
@@ -317,11 +315,13 @@ class Dispatcher:
             root_cause=f"{output.outcome.root_component}/{output.outcome.root_kind}",
             seconds=round(elapsed, 2),
         )
-        if record is not None and self.on_done is not None:
-            self._spawn(self.on_done(record))
+        if record is not None and self.on_finished is not None:
+            self.on_finished()
 
     async def _fail(self, job: ClaimedJob, error: str, started: float) -> None:
         owner = str(self.owner)
-        await self.store.finish_job(job.id, owner=owner, now=datetime.now(UTC), error=error)
+        record = await self.store.finish_job(job.id, owner=owner, now=datetime.now(UTC), error=error)
+        if record is not None and self.on_finished is not None:
+            self.on_finished()
         self.metrics.investigations.labels(outcome="failed").inc()
         self.metrics.duration.observe(time.perf_counter() - started)

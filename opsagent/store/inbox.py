@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from opsagent.redaction import redactors
+from opsagent.store.outbox import OutboxEvent, enqueue
 from opsagent.store.records import Accepted, NotificationIn, instant, maybe_instant, new_episode, redacted
 from opsagent.store.sql import Tx, marks
 
@@ -45,10 +46,11 @@ class _Incident:
     resolved_at: str | None = None
 
 
-async def accept(tx: Tx, notifications: Sequence[NotificationIn]) -> list[Accepted]:
+async def accept(tx: Tx, notifications: Sequence[NotificationIn], sinks: Sequence[str] = ()) -> list[Accepted]:
     """Persist notifications (redacted) in this transaction, in arrival order. The batch is decided
     in memory from the groups' open incidents, read once, then written in a few statements whatever
-    its size (psycopg sends each ``executemany`` in one round trip)."""
+    its size (psycopg sends each ``executemany`` in one round trip). Each incident it resolves owes
+    ``sinks`` a notification (the outbox), written here too."""
     if not notifications:
         return []
     chain = redactors()  # once a batch: the secrets to mask are this process's, read from its environment
@@ -143,6 +145,10 @@ async def accept(tx: Tx, notifications: Sequence[NotificationIn]) -> list[Accept
         [(i.id, ids[k], i.created_at, i.created_at) for k, i in opened],
     )
     jobs = dict(zip((k for k, _ in opened), job_ids, strict=True))
+    resolved: list[tuple[str, OutboxEvent]] = [(i.id, "resolved") for i in touched.values() if i.resolved_at]
+    if resolved and sinks:
+        now = max(n.received_at for n in notes).timestamp()
+        await enqueue(tx, resolved, sinks, now=now)
     if job_ids and tx.dialect.jobs_queued:
         await tx.execute(tx.dialect.jobs_queued)
     return [

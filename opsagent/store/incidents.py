@@ -61,8 +61,8 @@ async def notification_count(tx: Tx) -> int:
 
 async def prune(tx: Tx, *, before: datetime, batch: int = 500) -> int:
     """Delete up to ``batch`` incidents untouched since ``before`` whose investigation is over, with
-    their notifications, job and report, and the ignored notifications received before it; lessons
-    stay. Returns how many incidents went (call again while it returns ``batch``)."""
+    their notifications (received and owed), job and report, and the ignored notifications received
+    before it; lessons stay. Returns how many incidents went (call again while it returns ``batch``)."""
     cutoff = instant(before)
     old = "updated_at < ? AND investigation IN ('done', 'failed')"
     groups = await tx.execute(f"SELECT group_key FROM incidents WHERE {old} ORDER BY id LIMIT ?", (cutoff, batch))
@@ -78,6 +78,7 @@ async def prune(tx: Tx, *, before: datetime, batch: int = 500) -> int:
     if ids:
         for table, column in (
             ("notifications", "incident_id"),
+            ("outbox", "incident_id"),
             ("jobs", "incident_id"),
             ("investigations", "incident_id"),
             ("incidents", "id"),

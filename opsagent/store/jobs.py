@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from opsagent.redaction import scrub, scrub_model
 from opsagent.store.investigations import save_investigation
 from opsagent.store.lessons import count_use, upsert_lessons
+from opsagent.store.outbox import enqueue
 from opsagent.store.records import (
     INCIDENT_COLUMNS,
     ClaimedJob,
@@ -35,14 +36,18 @@ from opsagent.store.sql import Tx, marks
 JOINED_NOTIFICATIONS = 32
 
 
-async def claim_job(tx: Tx, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
+async def claim_job(
+    tx: Tx, *, owner: str, now: float, lease_s: float, max_attempts: int, sinks: Sequence[str] = ()
+) -> ClaimedJob | None:
+    """Lease the oldest queued job (or one whose lease ran out) to ``owner``; a job tried
+    ``max_attempts`` times is failed instead, and its failure owed to ``sinks``."""
     stamp = instant(datetime.fromtimestamp(now, UTC))
     while True:
         row = (
             await tx.execute(
                 "SELECT j.id, j.incident_id, j.attempts, n.payload, n.id FROM jobs j JOIN notifications n"
                 " ON n.id = j.notification_id WHERE j.status = 'queued' OR (j.status = 'running'"
-                f" AND j.lease_until < ?) ORDER BY j.id LIMIT 1{tx.dialect.skip_locked}",
+                f" AND j.lease_until < ?) ORDER BY j.id LIMIT 1{tx.dialect.skip_locked.format(alias='j')}",
                 (now,),
             )
         ).one()
@@ -52,6 +57,7 @@ async def claim_job(tx: Tx, *, owner: str, now: float, lease_s: float, max_attem
         if attempts >= max_attempts:
             error = f"gave up after {attempts} attempt(s): the worker died or timed out each time"
             await _end_job(tx, job_id, incident_id, status="failed", error=error, stamp=stamp)
+            await enqueue(tx, [(incident_id, "investigated")], sinks, now=now)
             continue
         await tx.execute(
             "UPDATE jobs SET status = 'running', owner = ?, lease_until = ?, attempts = attempts + 1,"
@@ -126,10 +132,12 @@ async def finish_job(
     outcome: JobOutcome | None = None,
     report: FinishedReport | None = None,
     error: str | None = None,
+    sinks: Sequence[str] = (),
 ) -> IncidentRecord | None:
     """Record how a job ended, in this transaction: its outcome on the incident, its report, the
-    lessons it used and taught; or the error that failed it. A job this owner no longer holds (its
-    lease ran out and another took it) is left alone: None."""
+    lessons it used and taught, and the notification it owes ``sinks`` (the outbox); or the error
+    that failed it. A job this owner no longer holds (its lease ran out and another took it) is left
+    alone: None."""
     error = scrub(error) if error is not None else None
     outcome = scrub_model(outcome) if outcome is not None else None
     stamp = instant(now)
@@ -165,6 +173,7 @@ async def finish_job(
                 incident_id,
             ),
         )
+    await enqueue(tx, [(incident_id, "investigated")], sinks, now=now.timestamp())
     found = (await tx.execute(f"SELECT {INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,))).one()
     return incident_of(found) if found is not None else None
 

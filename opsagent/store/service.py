@@ -16,14 +16,15 @@ import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
 import structlog
 
 from opsagent.models import Report
-from opsagent.store import inbox, incidents, investigations, jobs
+from opsagent.store import inbox, incidents, investigations, jobs, outbox
 from opsagent.store.errors import StoreError
 from opsagent.store.location import StoreLocation
+from opsagent.store.outbox import OutboxItem, OutboxRow
 from opsagent.store.records import (
     Accepted,
     ClaimedJob,
@@ -140,15 +141,18 @@ class ThreadedSqlite:
 
 
 class ServiceStore:
-    """What the service asks of the store, awaited."""
+    """What the service asks of the store, awaited. ``sinks``: the notification sinks configured
+    (``slack``, ``webhook``); every state change of an incident owes each of them a notification,
+    written to the outbox in the transaction that makes the change."""
 
-    def __init__(self, database: AsyncDatabase) -> None:
+    def __init__(self, database: AsyncDatabase, *, sinks: Sequence[str] = ()) -> None:
         self._db = database
         self.where = database.where
         self.concurrent_writes = database.concurrent_writes
+        self.sinks = tuple(sinks)
 
     @classmethod
-    async def open(cls, location: StoreLocation) -> ServiceStore:
+    async def open(cls, location: StoreLocation, *, sinks: Sequence[str] = ()) -> ServiceStore:
         """The store at ``location``, connected and migrated; a StoreError when it cannot be."""
         if location.kind == "sqlite":
             database: AsyncDatabase = ThreadedSqlite(location)
@@ -157,7 +161,7 @@ class ServiceStore:
 
             database = PostgresPool(location)
         await database.open()
-        return cls(database)
+        return cls(database, sinks=sinks)
 
     async def close(self) -> None:
         await self._db.close()
@@ -169,7 +173,7 @@ class ServiceStore:
     # ------------------------------------------------------------ accepting
 
     async def accept(self, notifications: Sequence[NotificationIn]) -> list[Accepted]:
-        return await self._db.write(inbox.accept, notifications)
+        return await self._db.write(inbox.accept, notifications, self.sinks)
 
     async def check_writable(self) -> None:
         await self._db.probe(inbox.accept, [inbox.probe()])
@@ -177,7 +181,9 @@ class ServiceStore:
     # ------------------------------------------------------------ the queue
 
     async def claim_job(self, *, owner: str, now: float, lease_s: float, max_attempts: int) -> ClaimedJob | None:
-        return await self._db.write(jobs.claim_job, owner=owner, now=now, lease_s=lease_s, max_attempts=max_attempts)
+        return await self._db.write(
+            jobs.claim_job, owner=owner, now=now, lease_s=lease_s, max_attempts=max_attempts, sinks=self.sinks
+        )
 
     async def renew_leases(self, job_ids: Sequence[int], *, owner: str, until: float) -> None:
         await self._db.write(jobs.renew_leases, job_ids, owner=owner, until=until)
@@ -202,7 +208,7 @@ class ServiceStore:
         error: str | None = None,
     ) -> IncidentRecord | None:
         return await self._db.write(
-            jobs.finish_job, job_id, owner=owner, now=now, outcome=outcome, report=report, error=error
+            jobs.finish_job, job_id, owner=owner, now=now, outcome=outcome, report=report, error=error, sinks=self.sinks
         )
 
     async def job_counts(self, states: Sequence[str] = ("queued", "running", "done", "failed")) -> dict[str, int]:
@@ -210,6 +216,46 @@ class ServiceStore:
 
     async def prune(self, *, before: datetime, batch: int = 500) -> int:
         return await self._db.write(incidents.prune, before=before, batch=batch)
+
+    # ------------------------------------------------------------ the outbox
+
+    async def claim_notification(
+        self, *, owner: str, now: float, lease_s: float, max_attempts: int, sinks: Sequence[str]
+    ) -> OutboxItem | None:
+        return await self._db.write(
+            outbox.claim, owner=owner, now=now, lease_s=lease_s, max_attempts=max_attempts, sinks=sinks
+        )
+
+    async def settle_notification(
+        self,
+        item_id: int,
+        *,
+        owner: str,
+        now: float,
+        status: Literal["done", "pending", "failed"],
+        next_try: float | None = None,
+        thread: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        return await self._db.write(
+            outbox.settle,
+            item_id,
+            owner=owner,
+            now=now,
+            status=status,
+            next_try=next_try,
+            thread=thread,
+            error=error,
+        )
+
+    async def release_orphaned_notifications(self, is_orphan: Callable[[str], bool], *, now: float) -> int:
+        return await self._db.write(outbox.release_orphans, is_orphan, now=now)
+
+    async def outbox_counts(self) -> dict[str, int]:
+        return await self._db.read(outbox.counts)
+
+    async def outbox_rows(self, incident_id: str | None = None) -> list[OutboxRow]:
+        return await self._db.read(outbox.rows, incident_id)
 
     # ------------------------------------------------------------ reading
 
