@@ -287,6 +287,15 @@ def test_a_refutation_does_not_stand_against_a_mechanism_the_check_names() -> No
     assert kept == []
 
 
+def test_quiet_logs_do_not_refute_a_code_fault_whose_vanished_steps_the_incident_proved() -> None:
+    from opsagent.pipeline import load_default_playbooks
+
+    book = {p.id: p for p in load_default_playbooks()}["code-exception"]
+    assert "mech:vanished" in book.applies.requires_any
+    quiet = [c for c in book.checks if c.refute is not None and c.refute.op == "no_new_errors"]
+    assert quiet and all("mech:vanished" in c.refute_unless for c in quiet)
+
+
 # ---------------------------------------------------------------- end to end, on a recorded incident
 
 
