@@ -30,7 +30,7 @@ the playbooks name the kind each mechanism stands for.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
@@ -186,17 +186,24 @@ def judged(detector: Detector, feature: str, values: Mapping[str, tuple[float, s
     ]
 
 
+def _fullest(observations: Iterable[Observation], size: Callable[[TracesData], int]) -> tuple[TracesData | None, str]:
+    """The traces read that measured the most (by ``size``: the first of equals), and its observation id;
+    none where no read measured anything."""
+    best: TracesData | None = None
+    obs_id = ""
+    for obs in observations:
+        data = obs.data
+        if obs.ok and isinstance(data, TracesData) and size(data) > (size(best) if best else 0):
+            best, obs_id = data, obs.id
+    return best, obs_id
+
+
 def calls_in_findings(observations: Iterable[Observation], *, saturated: frozenset[str] = frozenset()) -> list[Finding]:
     """How much longer calls into each component take between the ends, beyond its own outbound calls.
 
     Calls from a ``saturated`` caller (out of a CALLER_SIDE capacity) do not count: a starved caller
     reads its answers late, or waits for a connection inside the call, without the wire's help."""
-    best: TracesData | None = None
-    obs_id = ""
-    for obs in observations:
-        data = obs.data
-        if obs.ok and isinstance(data, TracesData) and len(data.call_gaps) > (len(best.call_gaps) if best else 0):
-            best, obs_id = data, obs.id
+    best, obs_id = _fullest(observations, lambda d: len(d.call_gaps))
     if best is None:
         return []
     kept = [g for g in best.call_gaps if g.caller not in saturated]
@@ -225,16 +232,7 @@ def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
 
 def vanished_findings(observations: Iterable[Observation]) -> list[Finding]:
     """Each component's sharpest missing step (from the traces read with the most components measured)."""
-    best: TracesData | None = None
-    obs_id = ""
-    for obs in observations:
-        data = obs.data
-        if (
-            obs.ok
-            and isinstance(data, TracesData)
-            and len(data.step_shortfalls) > (len(best.step_shortfalls) if best else 0)
-        ):
-            best, obs_id = data, obs.id
+    best, obs_id = _fullest(observations, lambda d: len(d.step_shortfalls))
     if best is None:
         return []
     values = {}

@@ -281,7 +281,7 @@ def unown_errors(features: Mapping[str, dict[str, float]], graph: list[Edge], ou
     if not on("out_of_service") or not out_of_service:
         return
     for component, found in features.items():
-        if component not in out_of_service and descendants(graph, (component,)) & out_of_service:
+        if _behind_out_of_service(component, graph, out_of_service):
             found.pop("mech:own_errors", None)
 
 
@@ -296,11 +296,14 @@ def explain_by_out_of_service(
         return dict(own)
     out = dict(own)
     for component, score in own.items():
-        if component in out_of_service:
-            continue
-        if descendants(graph, (component,)) & out_of_service:
+        if _behind_out_of_service(component, graph, out_of_service):
             out[component] = score * OUT_OF_SERVICE_EXPLAINS
     return out
+
+
+def _behind_out_of_service(component: str, graph: list[Edge], out_of_service: set[str]) -> bool:
+    """Whether the component, not itself out of service, depends (directly or further down) on one that is."""
+    return component not in out_of_service and bool(descendants(graph, (component,)) & out_of_service)
 
 
 # ---------------------------------------------------------------- along the call graph

@@ -113,9 +113,10 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
 
     Before onset is the incident's baseline where the step was taken often enough there, else the spans
     between the window's start and onset (as for call gaps); onset is the alert's start less its pending
-    period (ALERT_LEAD_S). The measure is a two-proportion z: how
-    far the share of the step followed by its usual successor fell, in standard errors of both counts.
-    A component with steps enough but nothing missing gets a shortfall of 0 (it ran, and found none)."""
+    period (ALERT_LEAD_S). The measure is a two-proportion z: how far the share of the step followed by
+    its usual successor fell, in standard errors of both counts. A component whose compared steps lost
+    nothing gets a shortfall of 0 (it ran, and found none); one whose steps are always followed by the
+    same next step, before and after, has nothing to compare and is not listed."""
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     w0, w1 = unix(incident.window.start), unix(incident.window.end)
     onset = max(unix(incident.onset) - ALERT_LEAD_S, w0)
