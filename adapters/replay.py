@@ -37,6 +37,7 @@ from opsagent.errors import QueryRejected
 from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, SignalDef
 from opsagent.logsummary import SimpleSummariser, Summariser
 from opsagent.models import (
+    CallGap,
     ChangeRecord,
     ChangesData,
     Incident,
@@ -198,7 +199,7 @@ class ReplayTraces:
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
-        self._steps: dict[tuple[object, ...], list[StepShortfall]] = {}
+        self._measured: dict[tuple[object, ...], tuple[list[CallGap], list[StepShortfall]]] = {}
 
     @cached_property
     def _spans(self) -> SpanTimes:
@@ -224,9 +225,15 @@ class ReplayTraces:
 
     async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
         data = trace_summary(self._spans, self._edges, incident=incident, service=service)
-        gaps = call_gaps(self.recording.traces, incident=incident, service=service)
         key = (incident.onset, incident.window, incident.baseline)
-        steps = self._steps.get(key)
-        if steps is None:
-            steps = self._steps[key] = step_shortfalls(self.recording.traces, self._step_lines, incident=incident)
+        measured = self._measured.get(key)
+        if measured is None:  # once per incident: a summary of one service is the whole, filtered
+            traces = self.recording.traces
+            measured = self._measured[key] = (
+                call_gaps(traces, incident=incident),
+                step_shortfalls(traces, self._step_lines, incident=incident),
+            )
+        gaps, steps = measured
+        if service is not None:
+            gaps = [g for g in gaps if service in (g.caller, g.callee)]
         return data.model_copy(update={"call_gaps": gaps, "step_shortfalls": steps})

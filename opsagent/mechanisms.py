@@ -141,6 +141,11 @@ def mechanism_weight(s: float) -> float:
     return min(MECH_WEIGHT + math.log2(s / CLEAR), MECH_CAP)
 
 
+def _usable_limit(limit: float | None) -> bool:
+    """A limit a share can be taken of: known, above zero, finite."""
+    return limit is not None and limit > 0 and math.isfinite(limit)
+
+
 def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
     """Newly used capacity of every component with a known limit, per signal."""
     used: dict[str, dict[str, tuple[float, str, str]]] = {}
@@ -150,9 +155,7 @@ def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
         for s in obs.data.stats:
             if s.signal not in CAPACITY_SIGNALS or s.scope != "service":
                 continue
-            if not s.limit or s.limit <= 0 or not math.isfinite(s.limit):
-                continue
-            if s.window_max is None or s.baseline_mean is None:
+            if s.limit is None or not _usable_limit(s.limit) or s.window_max is None or s.baseline_mean is None:
                 continue
             share = (s.window_max - s.baseline_mean) / s.limit
             if not math.isfinite(share) or share > 1.5:  # more than the limit allows: a wrong limit
@@ -285,17 +288,26 @@ def coverage(observations: list[Observation], found: Iterable[Finding]) -> dict[
     ran: dict[str, set[str]] = {}
     for f in found:
         ran.setdefault(f.detector, set()).add(f.component)
-    limited = any(
-        o.ok
-        and isinstance(o.data, MetricsData)
-        and any(s.signal in CAPACITY_SIGNALS for s in o.data.stats if s.scope == "service")
+    saturation = [
+        s
         for o in observations
-    )
+        if o.ok and isinstance(o.data, MetricsData)
+        for s in o.data.stats
+        if s.signal in CAPACITY_SIGNALS and s.scope == "service"
+    ]
+    limited = bool(saturation)
+    with_limit = [s for s in saturation if _usable_limit(s.limit)]
+    unmeasured_before = bool(with_limit) and all(s.baseline_mean is None for s in with_limit)
     traced = any(o.ok and isinstance(o.data, TracesData) and o.data.services for o in observations)
     logged = any(o.ok and isinstance(o.data, LogsData) and o.data.service is not None for o in observations)
     out: dict[str, str] = {}
     if CAPACITY.name in ran:
         out[CAPACITY.name] = f"ran over {len(ran[CAPACITY.name])} components with a known limit"
+    elif unmeasured_before:
+        out[CAPACITY.name] = (
+            "could not run: the saturation signals with a limit have no level before onset (series that began "
+            "after it, such as a pod started since): nothing to compare the use after onset with"
+        )
     elif limited:
         out[CAPACITY.name] = (
             "could not run: the saturation signals have no usable limit (none, 0, not finite, or exceeded by "

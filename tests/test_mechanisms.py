@@ -230,6 +230,14 @@ def test_the_report_says_which_detector_could_not_run_and_why() -> None:
     assert said["vanished"] == "could not run: no traces were read"
 
 
+def test_a_pod_that_exists_only_after_onset_has_no_level_to_compare_and_the_report_says_so() -> None:
+    started = _cpu("new-pod", 10, 98, 100).model_copy(update={"baseline_mean": None, "baseline_std": None})
+    observations = [_metrics([started])]
+    assert mechanisms.capacity_findings(observations) == []
+    said = mechanisms.coverage(observations, [])["capacity"]
+    assert said.startswith("could not run") and "no level before onset" in said
+
+
 # ---------------------------------------------------------------- kind and discipline
 
 
@@ -422,6 +430,31 @@ def test_a_step_that_no_longer_follows_its_predecessor_is_found_in_the_component
     assert found["catalog"].z < 1  # three times the traffic, the same steps at the same shares
     # What follows web's call to pricing is pricing's answer, not web's code: not counted for web.
     assert "web" not in found
+
+
+def test_steps_found_hold_for_clocks_in_another_zone_spans_without_status_and_a_baseline_without_traces() -> None:
+    from datetime import timezone
+
+    from opsagent.models import TimeRange
+
+    spans, lines = _steps_incident()
+    unset = [s.model_copy(update={"status": "unset"}) for s in spans]
+    plus5 = timezone(timedelta(hours=5))
+    elsewhere = open_incident(
+        Alert.model_validate({"labels": {"alertname": "Slow", "service": "web"}, "startsAt": ONSET.astimezone(plus5)}),
+        window=TimeRange(start=(ONSET - timedelta(minutes=10)).astimezone(plus5), end=ONSET + timedelta(minutes=5)),
+        baseline=TimeRange(start=ONSET - timedelta(minutes=10), end=(ONSET - timedelta(minutes=5)).astimezone(plus5)),
+    )
+    same = step_shortfalls(unset, lines, incident=elsewhere)
+    assert same == step_shortfalls(spans, lines, incident=_incident())
+    # No traces in the baseline (it lies before the recording): the minutes before onset stand in.
+    early = open_incident(
+        Alert.model_validate({"labels": {"alertname": "Slow", "service": "web"}, "startsAt": ONSET}),
+        window=TimeRange(start=ONSET - timedelta(minutes=10), end=ONSET + timedelta(minutes=5)),
+        baseline=TimeRange(start=ONSET - timedelta(hours=2), end=ONSET - timedelta(hours=1)),
+    )
+    pricing = next(s for s in step_shortfalls(spans, lines, incident=early) if s.component == "pricing")
+    assert pricing.reference == "before onset" and pricing.share_before == 1.0 and pricing.z > 3
 
 
 def test_which_step_comes_first_is_not_counted_so_a_change_of_traffic_mix_is_no_shortfall() -> None:
