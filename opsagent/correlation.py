@@ -12,7 +12,10 @@ A :class:`Correlator` keeps what a long-running service needs and no more: at mo
 storms (the least recently touched is forgotten first), at most ``max_members`` alerts and
 ``max_services`` services kept per storm (the rest counted), and a fingerprint index capped likewise.
 So thousands of alerts a minute cost a bounded amount of memory. :func:`correlate` runs it over a
-list of alerts in a stable order, for a recorded incident or one notification.
+list of alerts in a stable order, for a recorded incident or one notification. The webhook service
+keeps its storms in the store (:mod:`opsagent.store.storms`): each transaction seeds a correlator
+with the storms the notification's alerts may belong to (:meth:`Correlator.remember`), places the
+alerts, and writes back what :attr:`Correlator.changes` lists.
 
 :func:`explain` says, per joined alert, which cause of the report accounts for it (the alerting
 service is the cause, calls it, or shares its node) or that none does. Nothing here does I/O.
@@ -45,8 +48,8 @@ class CorrelationSettings(BaseModel):
 
     enabled: bool = Field(
         default=False,
-        description="the webhook joins connected alerts of different alert groups into one incident (one web "
-        "replica: its state is in the process)",
+        description="the webhook joins connected alerts of different alert groups into one incident (its state "
+        "is in the store, shared by every web replica)",
     )
     window_s: float = Field(
         default=DEFAULT_WINDOW.total_seconds(),
@@ -115,10 +118,9 @@ class Topology:
 @dataclass
 class Storm:
     """Alerts joined into one incident. ``key``: the name its opener gave it (the webhook: the alert
-    group's key, which the store deduplicates by); ``lead``: the alert that opened it."""
+    group's key, which the store deduplicates by); its first member is the alert that opened it."""
 
     key: str
-    lead: Alert
     first: datetime
     members: list[JoinedAlert] = field(default_factory=list)
     services: list[str] = field(default_factory=list)
@@ -131,6 +133,20 @@ class Storm:
     def joined(self) -> list[JoinedAlert]:
         """The alerts beside the lead."""
         return self.members[1:]
+
+
+@dataclass
+class Changes:
+    """What placing alerts changed, for a caller that keeps storms elsewhere (the store): storms
+    opened or changed (least recently touched first), storms forgotten, fingerprints indexed."""
+
+    storms: dict[str, None] = field(default_factory=dict)  # an ordered set of keys
+    forgotten: set[str] = field(default_factory=set)
+    fingerprints: OrderedDict[str, tuple[str, datetime]] = field(default_factory=OrderedDict)
+
+    def touch(self, key: str) -> None:
+        self.storms.pop(key, None)
+        self.storms[key] = None
 
 
 @dataclass(frozen=True)
@@ -161,11 +177,13 @@ class Correlator:
         # fingerprint -> (storm key, the alert's start): the same fingerprint starting again much
         # later is a new firing of it, not the alert the storm holds
         self._by_fingerprint: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
+        self.changes = Changes()
 
     @classmethod
-    def of(cls, settings: CorrelationSettings, edges: Iterable[Edge] = ()) -> Correlator:
+    def of(cls, settings: CorrelationSettings, topology: Topology) -> Correlator:
+        """A correlator as ``settings`` say, over ``topology`` (:func:`topology_of`)."""
         return cls(
-            Topology([*settings.topology, *edges], hops=settings.hops),
+            topology,
             window=timedelta(seconds=settings.window_s),
             max_storms=settings.max_storms,
             max_members=settings.max_members,
@@ -183,6 +201,13 @@ class Correlator:
     def __contains__(self, key: str) -> bool:
         return key in self._storms
 
+    def remember(self, storm: Storm, fingerprints: Iterable[tuple[str, datetime]] = ()) -> None:
+        """Hold a storm kept elsewhere, and the fingerprints of its alerts with their starts, as if
+        placed here (most recently touched last); nothing is recorded in :attr:`changes`."""
+        self._storms[storm.key] = storm
+        for fingerprint, start in fingerprints:
+            self._by_fingerprint[fingerprint] = (storm.key, start)
+
     def storm_of(self, alert: Alert) -> Storm | None:
         """The storm this alert was placed in, while it is remembered (by fingerprint, and a start
         within the window of the one placed)."""
@@ -196,6 +221,7 @@ class Correlator:
         known = self.storm_of(alert)
         if known is not None:
             self._storms.move_to_end(known.key)
+            self.changes.touch(known.key)
             if len(known.firing) < self.max_members:
                 known.firing.add(alert_key(alert))
             return Placement(known, opened=False, reason="already part of it")
@@ -205,9 +231,9 @@ class Correlator:
                 self._add(storm, alert, reason)
                 self._storms.move_to_end(storm.key)
                 return Placement(storm, opened=False, reason=reason)
-        storm = Storm(key=key, lead=alert, first=alert.starts_at)
-        self._add(storm, alert, "")
+        storm = Storm(key=key, first=alert.starts_at)
         self._storms[key] = storm
+        self._add(storm, alert, "")
         while len(self._storms) > self.max_storms:
             self.forget(next(iter(self._storms)))
         return Placement(storm, opened=True, reason="")
@@ -217,12 +243,17 @@ class Correlator:
         storm = self.storm_of(alert)
         if storm is not None:
             storm.firing.discard(alert_key(alert))
+            self.changes.touch(storm.key)
         return storm
 
     def forget(self, key: str) -> None:
         """Drop a storm (its incident was resolved, or it is the least recently touched)."""
         storm = self._storms.pop(key, None)
         if storm is not None:
+            self.changes.storms.pop(key, None)
+            self.changes.forgotten.add(key)
+            for fingerprint in [f for f, (k, _) in self.changes.fingerprints.items() if k == key]:
+                del self.changes.fingerprints[fingerprint]
             for member in storm.members:
                 known = self._by_fingerprint.get(member.fingerprint) if member.fingerprint else None
                 if member.fingerprint and known is not None and known[0] == key:
@@ -242,6 +273,7 @@ class Correlator:
         return None
 
     def _add(self, storm: Storm, alert: Alert, reason: str) -> None:
+        self.changes.touch(storm.key)
         storm.count += 1
         if len(storm.members) < self.max_members:
             storm.members.append(joined_alert(alert, reason))
@@ -254,10 +286,17 @@ class Correlator:
             if node not in storm.nodes and len(storm.nodes) < self.max_services:
                 storm.nodes.append(node)
         if alert.fingerprint:
-            self._by_fingerprint[alert.fingerprint] = (storm.key, alert.starts_at)
-            self._by_fingerprint.move_to_end(alert.fingerprint)
-            while len(self._by_fingerprint) > self.max_storms * self.max_members:
-                self._by_fingerprint.popitem(last=False)
+            cap = self.max_storms * self.max_members
+            for index in (self._by_fingerprint, self.changes.fingerprints):
+                index[alert.fingerprint] = (storm.key, alert.starts_at)
+                index.move_to_end(alert.fingerprint)
+                while len(index) > cap:
+                    index.popitem(last=False)
+
+
+def topology_of(settings: CorrelationSettings, edges: Iterable[Edge] = ()) -> Topology:
+    """The call graph correlation reads: the declared edges of ``settings`` and ``edges``."""
+    return Topology([*settings.topology, *edges], hops=settings.hops)
 
 
 def alert_key(alert: Alert) -> str:

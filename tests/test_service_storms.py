@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from opsagent.service.app import create_app
+from opsagent.store import Store
 from tests.conftest import INCIDENTS
 from tests.service_support import AUTH, notification, settings, wait_for
 
@@ -171,7 +172,7 @@ def test_thousands_of_alerts_in_a_minute_make_one_incident_and_the_correlator_st
             assert answer["incident_ids"] == [storm], batch
         listed = web.get("/incidents").json()
     assert listed["count"] == 1 and listed["incidents"][0]["notifications"] == 41
-    correlator = app.state.storms.correlator
-    storms, members, fingerprints = correlator.size()
-    assert (storms, members) == (1, 16) and fingerprints <= 8 * 16
-    assert correlator.storms[0].count == 2001
+    with Store(tmp_path / "data" / "opsagent.db") as store:
+        (held,) = store.storms()
+        fingerprints = store.storm_fingerprints()
+    assert len(held.storm.members) == 16 and held.storm.count == 2001 and fingerprints == 8 * 16
