@@ -47,9 +47,10 @@ class CorrelationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(
-        default=False,
-        description="the webhook joins connected alerts of different alert groups into one incident (its state "
-        "is in the store, shared by every web replica)",
+        default=True,
+        description="the webhook joins connected alerts of different alert groups into one incident (an alert "
+        "storm is one incident; its state is in the store, shared by every web replica); false: one incident per "
+        "alert group",
     )
     window_s: float = Field(
         default=DEFAULT_WINDOW.total_seconds(),
@@ -218,21 +219,52 @@ class Correlator:
 
     def place(self, alert: Alert, *, key: str) -> Placement:
         """Join ``alert`` to the first storm it is connected to, or open one keyed ``key``."""
-        known = self.storm_of(alert)
+        known = self._again(alert)
         if known is not None:
-            self._storms.move_to_end(known.key)
-            self.changes.touch(known.key)
-            if len(known.firing) < self.max_members:
-                known.firing.add(alert_key(alert))
-            return Placement(known, opened=False, reason="already part of it")
+            return known
         for storm in self.storms:
             reason = self._connects(alert, storm)
             if reason is not None:
                 self._add(storm, alert, reason)
                 self._storms.move_to_end(storm.key)
                 return Placement(storm, opened=False, reason=reason)
-        storm = Storm(key=key, first=alert.starts_at)
-        self._storms[key] = storm
+        return self._open(alert, key)
+
+    def join(self, alert: Alert, *, key: str, reason: str) -> Placement:
+        """Put ``alert`` in the storm keyed ``key`` whatever connects it (an alert with nothing to
+        correlate by stays with its alert group's): opened when none is held, or when the one held
+        began outside the window (a later firing of the group, not this storm)."""
+        known = self._again(alert)
+        if known is not None:
+            return known
+        storm = self._storms.get(key)
+        if storm is None or not self.within(alert, storm):
+            return self._open(alert, key)
+        self._add(storm, alert, reason)
+        self._storms.move_to_end(key)
+        return Placement(storm, opened=False, reason=reason)
+
+    def held(self, key: str) -> Storm | None:
+        return self._storms.get(key)
+
+    def within(self, alert: Alert, storm: Storm) -> bool:
+        """Whether ``alert`` starts within the window of ``storm``'s first alert."""
+        return abs(alert.starts_at - storm.first) <= self.window
+
+    def _again(self, alert: Alert) -> Placement | None:
+        known = self.storm_of(alert)
+        if known is None:
+            return None
+        self._storms.move_to_end(known.key)
+        self.changes.touch(known.key)
+        if len(known.firing) < self.max_members:
+            known.firing.add(alert_key(alert))
+        return Placement(known, opened=False, reason="already part of it")
+
+    def _open(self, alert: Alert, key: str) -> Placement:
+        """A storm of its own for ``alert``, keyed ``key`` (replacing one held under that key)."""
+        self._storms.pop(key, None)
+        storm = self._storms[key] = Storm(key=key, first=alert.starts_at)
         self._add(storm, alert, "")
         while len(self._storms) > self.max_storms:
             self.forget(next(iter(self._storms)))
@@ -260,7 +292,7 @@ class Correlator:
                     del self._by_fingerprint[member.fingerprint]
 
     def _connects(self, alert: Alert, storm: Storm) -> str | None:
-        if abs(alert.starts_at - storm.first) > self.window:
+        if not self.within(alert, storm):
             return None
         for node in alert_nodes(alert):
             if node in storm.nodes:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from opsagent.correlation import Correlator, Storm, alert_key
+from opsagent.incident import alert_nodes, named_services
+from opsagent.models import Alert
 from opsagent.service.payload import WebhookAlert, WebhookPayload
 
 
@@ -63,7 +65,11 @@ def split(payload: WebhookPayload, correlator: Correlator | None) -> list[Part]:
             if storm is not None:
                 settled[storm.key] = storm
     for alert in sorted(payload.firing, key=lambda a: a.starts_at):
-        placement = correlator.place(alert.as_alert(), key=_new_key(correlator, payload, parts, alert))
+        one = alert.as_alert()
+        if named_services(one) or alert_nodes(one):
+            placement = correlator.place(one, key=_new_key(correlator, payload, one))
+        else:  # nothing to correlate it by: it stays with its alert group, as without correlation
+            placement = correlator.join(one, key=payload.group_key, reason="same alert group")
         key = placement.storm.key
         parts.setdefault(key, Part(key, "firing", joined=key != payload.group_key)).alerts.append(alert)
     resolved = [a for a in payload.alerts if a.status == "resolved"]
@@ -88,8 +94,13 @@ def split(payload: WebhookPayload, correlator: Correlator | None) -> list[Part]:
     return out
 
 
-def _new_key(correlator: Correlator, payload: WebhookPayload, parts: dict[str, Part], alert: WebhookAlert) -> str:
-    """The key of a storm this alert would open: the group's, unless a storm has it already."""
-    if payload.group_key not in correlator and payload.group_key not in parts:
-        return payload.group_key
-    return f"{payload.group_key}|{alert_key(alert.as_alert())}"
+def _new_key(correlator: Correlator, payload: WebhookPayload, alert: Alert) -> str:
+    """The key of a storm this alert would open: the group's, unless the group's storm is held and
+    this alert falls in its window (an alert of the group unconnected to its storm, at the same
+    time: a storm of its own). Outside the window it is a later firing of the group: the group's
+    storm is replaced, and its incident's episodes are told apart by the store as without
+    correlation."""
+    held = correlator.held(payload.group_key)
+    if held is not None and correlator.within(alert, held):
+        return f"{payload.group_key}|{alert_key(alert)}"
+    return payload.group_key
