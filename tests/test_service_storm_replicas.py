@@ -5,6 +5,7 @@ unrelated alert of the same minutes stays apart. The storms the store holds stay
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -126,3 +127,14 @@ def test_the_storms_the_store_holds_stay_capped_whichever_replica_adds_them(
         assert len(held) == 5 and store.storm_fingerprints() <= 5 * 4
         assert held[-1].storm.key == "pods" and held[-1].storm.count == 30 and len(held[-1].storm.members) == 4
         assert [h.storm.key for h in held[:-1]] == [f"lonely-{i}" for i in range(16, 20)]  # the most recent kept
+
+
+def test_a_storm_is_stored_with_its_alerts_texts_redacted(
+    replicas: list[TestClient], store_location: StoreLocation
+) -> None:
+    leaky = copy.deepcopy(LEAD)
+    leaky["annotations"]["summary"] = "cart slow; db url has password=hunter2hunter2"
+    post(replicas[0], alone(leaky))
+    with Store(store_location) as store:
+        (held,) = store.storms()
+    assert "hunter2" not in held.storm.members[0].summary and held.storm.members[0].summary.startswith("cart slow")

@@ -13,7 +13,8 @@ second finds the storm the first opened: one incident.
 State is bounded as the correlator's own is: at most ``max_storms`` rows in ``storms`` (the least
 recently touched is deleted first, with its fingerprints) and at most ``max_storms × max_members``
 in ``storm_alerts``. A storm's row holds its kept members, services, nodes and firing alerts as
-one JSON document (:class:`StormState`); it is read and written whole, never queried inside.
+one JSON document (:class:`StormState`, the alerts' texts redacted as notification payloads are);
+it is read and written whole, never queried inside.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from opsagent.correlation import Correlator, Storm
 from opsagent.models import Alert, JoinedAlert
+from opsagent.redaction import Redactor, redactors, scrub_model
 from opsagent.store import inbox
 from opsagent.store.inbox import group_lock
 from opsagent.store.records import Accepted, NotificationIn, instant
@@ -145,12 +147,13 @@ async def _save(tx: Tx, correlator: Correlator) -> None:
     kept = {s.key: s for s in correlator.storms}
     touched = [kept[k] for k in changes.storms if k in kept]
     if touched:
+        chain = redactors()
         base = await _latest(tx, "storms")
         await tx.executemany(
             "INSERT INTO storms (storm_key, first_start, touched, alert_count, state) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (storm_key) DO UPDATE SET first_start = excluded.first_start,"
             " touched = excluded.touched, alert_count = excluded.alert_count, state = excluded.state",
-            [(s.key, instant(s.first), base + i, s.count, _state(s)) for i, s in enumerate(touched, 1)],
+            [(s.key, instant(s.first), base + i, s.count, _state(s, chain)) for i, s in enumerate(touched, 1)],
         )
     indexed = [(f, k, start) for f, (k, start) in changes.fingerprints.items() if k in kept]
     if indexed:
@@ -206,9 +209,10 @@ def _storm(row: tuple[object, ...]) -> Storm:
     )
 
 
-def _state(storm: Storm) -> str:
+def _state(storm: Storm, chain: Sequence[Redactor]) -> str:
+    """The row's document; the alerts' texts redacted, as every notification payload is stored."""
     return StormState(
-        members=storm.members,
+        members=[scrub_model(m, chain) for m in storm.members],
         services=storm.services,
         nodes=storm.nodes,
         keys=storm.keys,
