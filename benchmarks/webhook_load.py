@@ -354,7 +354,7 @@ def service_env(location: StoreLocation, data: Path, token: str, *, correlation:
         "OPSAGENT_WEBHOOK_TOKEN": token,
         "OPSAGENT_CONFIG": "",
         "OPSAGENT_STORE_URL": location.url,
-        # the load's groups all alert on one service: correlated, they are one storm, one incident
+        # off, as the published table was measured; on, each group (one cluster each) is a storm of its own
         "OPSAGENT_CORRELATION__ENABLED": "true" if correlation else "false",
     }
     if location.password is not None:
@@ -578,8 +578,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--correlation",
         action="store_true",
-        help="correlate alerts into storms, as the service does by default (the load's groups all alert on "
-        "order-service: one storm, every notification through the storms lock); off, each group opens one incident",
+        help="correlate alerts into storms, as the service does by default (every notification goes through "
+        "the storms lock; the groups name 200 clusters, so each is still an incident of its own)",
     )
     parser.add_argument("--jobs", type=int, default=0, help="measure investigations/min over this many jobs instead")
     parser.add_argument(

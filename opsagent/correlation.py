@@ -3,10 +3,12 @@ incident (an alert storm), not one investigation each.
 
 Two alerts are *connected* when one alerting service reaches the other along the call graph, when
 both services depend on a common component, each within ``hops`` calls, or when both name the same
-node (``node``, ``kubernetes_node``, ``host``… labels). An alert *joins* a storm when its start lies
-within ``window`` of the storm's first alert and it is connected to one of the storm's alerts; the
-first storm it joins (earliest first) takes it, otherwise it opens a storm of its own. An alert
-that names neither a service nor a node is connected to nothing: it stays its own incident.
+node (``node``, ``kubernetes_node``, ``host``… labels), unless they name different clusters or
+environments (:data:`SCOPE_KEYS`): the same service in two clusters is two incidents. An alert
+*joins* a storm when its start lies within ``window`` of the storm's first alert and it is
+connected to one of the storm's alerts; the first storm it joins (earliest first) takes it,
+otherwise it opens a storm of its own. An alert that names neither a service nor a node is
+connected to nothing: it stays its own incident.
 
 A :class:`Correlator` keeps what a long-running service needs and no more: at most ``max_storms``
 storms (the least recently touched is forgotten first), at most ``max_members`` alerts and
@@ -39,6 +41,14 @@ from opsagent.models import Alert, AlertExplained, JoinedAlert, Report
 DEFAULT_WINDOW = timedelta(minutes=10)
 #: Calls along the call graph that still connect two alerting services.
 DEFAULT_HOPS = 3
+#: Labels that say where an alert fired at a scope above its service: two alerts naming different
+#: values of one of them (cluster a and cluster b, prod and staging) are never connected.
+SCOPE_KEYS = ("cluster", "k8s_cluster", "kubernetes_cluster", "env", "environment")
+
+
+def alert_scope(alert: Alert) -> dict[str, str]:
+    """The scope labels an alert names (:data:`SCOPE_KEYS`)."""
+    return {k: alert.labels[k] for k in SCOPE_KEYS if alert.labels.get(k)}
 
 
 class CorrelationSettings(BaseModel):
@@ -127,6 +137,7 @@ class Storm:
     services: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # each member's alert_key
+    scope: dict[str, str] = field(default_factory=dict)  # the scope labels its alerts name (SCOPE_KEYS)
     firing: set[str] = field(default_factory=set)  # keys of its alerts not yet resolved (as many as members)
     count: int = 0  # every alert placed in it, kept as a member or not
 
@@ -294,6 +305,8 @@ class Correlator:
     def _connects(self, alert: Alert, storm: Storm) -> str | None:
         if not self.within(alert, storm):
             return None
+        if any(storm.scope.get(k, v) != v for k, v in alert_scope(alert).items()):
+            return None  # another cluster or environment, whatever the graph says
         for node in alert_nodes(alert):
             if node in storm.nodes:
                 return f"same node {node}"
@@ -317,6 +330,8 @@ class Correlator:
         for node in alert_nodes(alert):
             if node not in storm.nodes and len(storm.nodes) < self.max_services:
                 storm.nodes.append(node)
+        for k, v in alert_scope(alert).items():
+            storm.scope.setdefault(k, v)
         if alert.fingerprint:
             cap = self.max_storms * self.max_members
             for index in (self._by_fingerprint, self.changes.fingerprints):

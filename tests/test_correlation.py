@@ -210,3 +210,23 @@ def test_a_correlator_seeded_with_stored_storms_places_as_one_that_held_them_and
     assert list(seeded.changes.storms) == ["g1"] and list(seeded.changes.fingerprints) == ["fp-DbSaturation-db-60"]
     seeded.forget("g1")
     assert seeded.changes.forgotten == {"g1"} and not seeded.changes.storms and not seeded.changes.fingerprints
+
+
+def test_alerts_that_name_different_clusters_or_environments_are_never_one_storm() -> None:
+    storms = correlate(
+        [
+            alert("WebLatency", "web", cluster="eu-1"),
+            alert("DbSaturation", "db", at=timedelta(minutes=1), cluster="eu-1"),
+            alert("WebLatency", "web", at=timedelta(minutes=2), cluster="us-2"),
+            alert("ApiErrors", "api", at=timedelta(minutes=3)),  # names no cluster: the first storm takes it
+            alert("OrdersSlow", "orders", at=timedelta(minutes=4), cluster="eu-1", env="staging"),
+            alert("CatalogSlow", "catalog", at=timedelta(minutes=5), cluster="eu-1", env="prod"),
+        ],
+        EDGES,
+    )
+    assert keys(storms) == [
+        ["WebLatency", "DbSaturation", "ApiErrors", "OrdersSlow"],
+        ["WebLatency"],
+        ["CatalogSlow"],
+    ]
+    assert storms[0].scope == {"cluster": "eu-1", "env": "staging"}

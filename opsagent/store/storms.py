@@ -68,6 +68,7 @@ class StormState(BaseModel):
     nodes: list[str]
     keys: list[str]
     firing: list[str]
+    scope: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def _storm(row: tuple[object, ...]) -> Storm:
         nodes=kept.nodes,
         keys=kept.keys,
         firing=set(kept.firing),
+        scope=kept.scope,
         count=int(str(count)),
     )
 
@@ -217,6 +219,7 @@ def _state(storm: Storm, chain: Sequence[Redactor]) -> str:
         nodes=storm.nodes,
         keys=storm.keys,
         firing=sorted(storm.firing),
+        scope=storm.scope,
     ).model_dump_json()
 
 
