@@ -467,7 +467,8 @@ def create_app(
     async def webhook(request: Request) -> Response:
         """Accept an Alertmanager notification (version 4): stored durably before the answer,
         investigated once per alert group (a re-notification updates the incident, ``resolved``
-        resolves it)."""
+        resolves it), or once per alert storm: with correlation (on by default), alerts connected
+        to a storm another group opened go to that storm's incident."""
         started = time.perf_counter()
         body = await received(request)
         if body is None:
