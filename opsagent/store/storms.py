@@ -115,17 +115,20 @@ async def _load(tx: Tx, correlator: Correlator, alerts: Sequence[Alert], keys: S
         )
         for fingerprint, key, start in found.rows:
             index.setdefault(key, []).append((fingerprint, datetime.fromisoformat(start)))
-    starts = [a.starts_at for a in alerts]
-    low, high = instant(min(starts) - correlator.window), instant(max(starts) + correlator.window)
-    rows = list(
-        (
-            await tx.execute(
-                "SELECT storm_key, first_start, alert_count, state, touched FROM storms"
-                " WHERE first_start >= ? AND first_start <= ?",
-                [low, high],
-            )
-        ).rows
-    )
+    placed = {f: start for entries in index.values() for f, start in entries}
+    # alerts placed before (a re-notification, Alertmanager's usual) go back to their storm by
+    # fingerprint: only a batch with an alert new to the storms needs every storm of its window
+    new = [a for a in alerts if not a.fingerprint or a.fingerprint not in placed or not _near(a, placed, correlator)]
+    rows = []
+    if new:
+        starts = [a.starts_at for a in new]
+        low, high = instant(min(starts) - correlator.window), instant(max(starts) + correlator.window)
+        found = await tx.execute(
+            "SELECT storm_key, first_start, alert_count, state, touched FROM storms"
+            " WHERE first_start >= ? AND first_start <= ?",
+            [low, high],
+        )
+        rows += found.rows
     named = sorted({*keys, *index} - {r[0] for r in rows})
     for chunk in _chunks(named):
         found = await tx.execute(
@@ -136,6 +139,11 @@ async def _load(tx: Tx, correlator: Correlator, alerts: Sequence[Alert], keys: S
         rows += found.rows
     for row in sorted(rows, key=lambda r: (r[4], r[0])):  # least recently touched first, as the correlator orders
         correlator.remember(_storm(row), index.get(row[0], ()))
+
+
+def _near(alert: Alert, placed: dict[str, datetime], correlator: Correlator) -> bool:
+    """Whether ``alert`` is the one its fingerprint was placed as (a start within the window)."""
+    return alert.fingerprint is not None and abs(alert.starts_at - placed[alert.fingerprint]) <= correlator.window
 
 
 async def _save(tx: Tx, correlator: Correlator) -> None:
