@@ -347,13 +347,15 @@ def store_for(spec: str, data: Path) -> Iterator[StoreLocation]:
         yield StoreLocation(url=spec, password=SecretStr(secret) if secret else None)
 
 
-def service_env(location: StoreLocation, data: Path, token: str) -> dict[str, str]:
+def service_env(location: StoreLocation, data: Path, token: str, *, correlation: bool = False) -> dict[str, str]:
     env = {
         **os.environ,
         "OPSAGENT_DATA_DIR": str(data),
         "OPSAGENT_WEBHOOK_TOKEN": token,
         "OPSAGENT_CONFIG": "",
         "OPSAGENT_STORE_URL": location.url,
+        # off, as the published table was measured; on, each group (one cluster each) is a storm of its own
+        "OPSAGENT_CORRELATION__ENABLED": "true" if correlation else "false",
     }
     if location.password is not None:
         env["OPSAGENT_STORE_PASSWORD"] = location.password.get_secret_value()
@@ -378,7 +380,7 @@ def counted(location: StoreLocation) -> dict[str, int]:
 
 async def accept_run(args: argparse.Namespace, location: StoreLocation, data: Path, replicas: int) -> dict[str, Any]:
     token = secrets.token_urlsafe(24)
-    env = service_env(location, data, token)
+    env = service_env(location, data, token, correlation=args.correlation)
     # the investigation workers are shared out: N replicas run as many investigations at once as one
     each = max(args.workers // replicas, 1)
     started = [
@@ -461,7 +463,8 @@ def report_accept(args: argparse.Namespace, replicas: int, result: dict[str, Any
     print(
         f"notifications {args.notifications} (+{args.warmup} warm-up) · concurrency {args.concurrency} "
         f"({max(args.clients, replicas)} client processes, {args.client}) · {args.groups} alert groups · "
-        f"store {args.store} · {replicas} replica(s) · {max(args.workers // replicas, 1) * replicas} investigation "
+        f"store {args.store} · {replicas} replica(s) · correlation {'on' if args.correlation else 'off'} · "
+        f"{max(args.workers // replicas, 1) * replicas} investigation "
         "workers in all · loopback · "
         + (f"paced at {args.rate:g}/s" if args.rate else "closed loop (each sender sends again once answered)")
     )
@@ -572,6 +575,12 @@ if __name__ == "__main__":
         "--store", default="sqlite", help="sqlite, postgresql (a throwaway server) or postgresql://user@host/db"
     )
     parser.add_argument("--replicas", type=int, default=1, help="service replicas sharing the store")
+    parser.add_argument(
+        "--correlation",
+        action="store_true",
+        help="correlate alerts into storms, as the service does by default (every notification goes through "
+        "the storms lock; the groups name 200 clusters, so each is still an incident of its own)",
+    )
     parser.add_argument("--jobs", type=int, default=0, help="measure investigations/min over this many jobs instead")
     parser.add_argument(
         "--job-workers",

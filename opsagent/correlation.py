@@ -3,16 +3,21 @@ incident (an alert storm), not one investigation each.
 
 Two alerts are *connected* when one alerting service reaches the other along the call graph, when
 both services depend on a common component, each within ``hops`` calls, or when both name the same
-node (``node``, ``kubernetes_node``, ``host``… labels). An alert *joins* a storm when its start lies
-within ``window`` of the storm's first alert and it is connected to one of the storm's alerts; the
-first storm it joins (earliest first) takes it, otherwise it opens a storm of its own. An alert
-that names neither a service nor a node is connected to nothing: it stays its own incident.
+node (``node``, ``kubernetes_node``, ``host``… labels), unless they name different clusters or
+environments (:data:`SCOPE_KEYS`): the same service in two clusters is two incidents. An alert
+*joins* a storm when its start lies within ``window`` of the storm's first alert and it is
+connected to one of the storm's alerts; the first storm it joins (earliest first) takes it,
+otherwise it opens a storm of its own. An alert that names neither a service nor a node is
+connected to nothing: it stays its own incident.
 
 A :class:`Correlator` keeps what a long-running service needs and no more: at most ``max_storms``
 storms (the least recently touched is forgotten first), at most ``max_members`` alerts and
 ``max_services`` services kept per storm (the rest counted), and a fingerprint index capped likewise.
 So thousands of alerts a minute cost a bounded amount of memory. :func:`correlate` runs it over a
-list of alerts in a stable order, for a recorded incident or one notification.
+list of alerts in a stable order, for a recorded incident or one notification. The webhook service
+keeps its storms in the store (:mod:`opsagent.store.storms`): each transaction seeds a correlator
+with the storms the notification's alerts may belong to (:meth:`Correlator.remember`), places the
+alerts, and writes back what :attr:`Correlator.changes` lists.
 
 :func:`explain` says, per joined alert, which cause of the report accounts for it (the alerting
 service is the cause, calls it, or shares its node) or that none does. Nothing here does I/O.
@@ -36,6 +41,14 @@ from opsagent.models import Alert, AlertExplained, JoinedAlert, Report
 DEFAULT_WINDOW = timedelta(minutes=10)
 #: Calls along the call graph that still connect two alerting services.
 DEFAULT_HOPS = 3
+#: Labels that say where an alert fired at a scope above its service: two alerts naming different
+#: values of one of them (cluster a and cluster b, prod and staging) are never connected.
+SCOPE_KEYS = ("cluster", "k8s_cluster", "kubernetes_cluster", "env", "environment")
+
+
+def alert_scope(alert: Alert) -> dict[str, str]:
+    """The scope labels an alert names (:data:`SCOPE_KEYS`)."""
+    return {k: alert.labels[k] for k in SCOPE_KEYS if alert.labels.get(k)}
 
 
 class CorrelationSettings(BaseModel):
@@ -44,9 +57,10 @@ class CorrelationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(
-        default=False,
-        description="the webhook joins connected alerts of different alert groups into one incident (one web "
-        "replica: its state is in the process)",
+        default=True,
+        description="the webhook joins connected alerts of different alert groups into one incident (an alert "
+        "storm is one incident; its state is in the store, shared by every web replica); false: one incident per "
+        "alert group",
     )
     window_s: float = Field(
         default=DEFAULT_WINDOW.total_seconds(),
@@ -115,15 +129,15 @@ class Topology:
 @dataclass
 class Storm:
     """Alerts joined into one incident. ``key``: the name its opener gave it (the webhook: the alert
-    group's key, which the store deduplicates by); ``lead``: the alert that opened it."""
+    group's key, which the store deduplicates by); its first member is the alert that opened it."""
 
     key: str
-    lead: Alert
     first: datetime
     members: list[JoinedAlert] = field(default_factory=list)
     services: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # each member's alert_key
+    scope: dict[str, str] = field(default_factory=dict)  # the scope labels its alerts name (SCOPE_KEYS)
     firing: set[str] = field(default_factory=set)  # keys of its alerts not yet resolved (as many as members)
     count: int = 0  # every alert placed in it, kept as a member or not
 
@@ -131,6 +145,20 @@ class Storm:
     def joined(self) -> list[JoinedAlert]:
         """The alerts beside the lead."""
         return self.members[1:]
+
+
+@dataclass
+class Changes:
+    """What placing alerts changed, for a caller that keeps storms elsewhere (the store): storms
+    opened or changed (least recently touched first), storms forgotten, fingerprints indexed."""
+
+    storms: dict[str, None] = field(default_factory=dict)  # an ordered set of keys
+    forgotten: set[str] = field(default_factory=set)
+    fingerprints: OrderedDict[str, tuple[str, datetime]] = field(default_factory=OrderedDict)
+
+    def touch(self, key: str) -> None:
+        self.storms.pop(key, None)
+        self.storms[key] = None
 
 
 @dataclass(frozen=True)
@@ -161,11 +189,13 @@ class Correlator:
         # fingerprint -> (storm key, the alert's start): the same fingerprint starting again much
         # later is a new firing of it, not the alert the storm holds
         self._by_fingerprint: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
+        self.changes = Changes()
 
     @classmethod
-    def of(cls, settings: CorrelationSettings, edges: Iterable[Edge] = ()) -> Correlator:
+    def of(cls, settings: CorrelationSettings, topology: Topology) -> Correlator:
+        """A correlator as ``settings`` say, over ``topology`` (:func:`topology_of`)."""
         return cls(
-            Topology([*settings.topology, *edges], hops=settings.hops),
+            topology,
             window=timedelta(seconds=settings.window_s),
             max_storms=settings.max_storms,
             max_members=settings.max_members,
@@ -183,6 +213,13 @@ class Correlator:
     def __contains__(self, key: str) -> bool:
         return key in self._storms
 
+    def remember(self, storm: Storm, fingerprints: Iterable[tuple[str, datetime]] = ()) -> None:
+        """Hold a storm kept elsewhere, and the fingerprints of its alerts with their starts, as if
+        placed here (most recently touched last); nothing is recorded in :attr:`changes`."""
+        self._storms[storm.key] = storm
+        for fingerprint, start in fingerprints:
+            self._by_fingerprint[fingerprint] = (storm.key, start)
+
     def storm_of(self, alert: Alert) -> Storm | None:
         """The storm this alert was placed in, while it is remembered (by fingerprint, and a start
         within the window of the one placed)."""
@@ -193,21 +230,53 @@ class Correlator:
 
     def place(self, alert: Alert, *, key: str) -> Placement:
         """Join ``alert`` to the first storm it is connected to, or open one keyed ``key``."""
-        known = self.storm_of(alert)
+        known = self._again(alert)
         if known is not None:
-            self._storms.move_to_end(known.key)
-            if len(known.firing) < self.max_members:
-                known.firing.add(alert_key(alert))
-            return Placement(known, opened=False, reason="already part of it")
+            return known
         for storm in self.storms:
             reason = self._connects(alert, storm)
             if reason is not None:
                 self._add(storm, alert, reason)
                 self._storms.move_to_end(storm.key)
                 return Placement(storm, opened=False, reason=reason)
-        storm = Storm(key=key, lead=alert, first=alert.starts_at)
+        return self._open(alert, key)
+
+    def join(self, alert: Alert, *, key: str, reason: str) -> Placement:
+        """Put ``alert`` in the storm keyed ``key`` whatever connects it (an alert with nothing to
+        correlate by stays with its alert group's): opened when none is held, or when the one held
+        began outside the window (a later firing of the group, not this storm)."""
+        known = self._again(alert)
+        if known is not None:
+            return known
+        storm = self._storms.get(key)
+        if storm is None or not self.within(alert, storm):
+            return self._open(alert, key)
+        self._add(storm, alert, reason)
+        self._storms.move_to_end(key)
+        return Placement(storm, opened=False, reason=reason)
+
+    def held(self, key: str) -> Storm | None:
+        return self._storms.get(key)
+
+    def within(self, alert: Alert, storm: Storm) -> bool:
+        """Whether ``alert`` starts within the window of ``storm``'s first alert."""
+        return abs(alert.starts_at - storm.first) <= self.window
+
+    def _again(self, alert: Alert) -> Placement | None:
+        known = self.storm_of(alert)
+        if known is None:
+            return None
+        self._storms.move_to_end(known.key)
+        self.changes.touch(known.key)
+        if len(known.firing) < self.max_members:
+            known.firing.add(alert_key(alert))
+        return Placement(known, opened=False, reason="already part of it")
+
+    def _open(self, alert: Alert, key: str) -> Placement:
+        """A storm of its own for ``alert``, keyed ``key`` (replacing one held under that key)."""
+        self._storms.pop(key, None)
+        storm = self._storms[key] = Storm(key=key, first=alert.starts_at)
         self._add(storm, alert, "")
-        self._storms[key] = storm
         while len(self._storms) > self.max_storms:
             self.forget(next(iter(self._storms)))
         return Placement(storm, opened=True, reason="")
@@ -217,20 +286,27 @@ class Correlator:
         storm = self.storm_of(alert)
         if storm is not None:
             storm.firing.discard(alert_key(alert))
+            self.changes.touch(storm.key)
         return storm
 
     def forget(self, key: str) -> None:
         """Drop a storm (its incident was resolved, or it is the least recently touched)."""
         storm = self._storms.pop(key, None)
         if storm is not None:
+            self.changes.storms.pop(key, None)
+            self.changes.forgotten.add(key)
+            for fingerprint in [f for f, (k, _) in self.changes.fingerprints.items() if k == key]:
+                del self.changes.fingerprints[fingerprint]
             for member in storm.members:
                 known = self._by_fingerprint.get(member.fingerprint) if member.fingerprint else None
                 if member.fingerprint and known is not None and known[0] == key:
                     del self._by_fingerprint[member.fingerprint]
 
     def _connects(self, alert: Alert, storm: Storm) -> str | None:
-        if abs(alert.starts_at - storm.first) > self.window:
+        if not self.within(alert, storm):
             return None
+        if any(storm.scope.get(k, v) != v for k, v in alert_scope(alert).items()):
+            return None  # another cluster or environment, whatever the graph says
         for node in alert_nodes(alert):
             if node in storm.nodes:
                 return f"same node {node}"
@@ -242,6 +318,7 @@ class Correlator:
         return None
 
     def _add(self, storm: Storm, alert: Alert, reason: str) -> None:
+        self.changes.touch(storm.key)
         storm.count += 1
         if len(storm.members) < self.max_members:
             storm.members.append(joined_alert(alert, reason))
@@ -253,11 +330,20 @@ class Correlator:
         for node in alert_nodes(alert):
             if node not in storm.nodes and len(storm.nodes) < self.max_services:
                 storm.nodes.append(node)
+        for k, v in alert_scope(alert).items():
+            storm.scope.setdefault(k, v)
         if alert.fingerprint:
-            self._by_fingerprint[alert.fingerprint] = (storm.key, alert.starts_at)
-            self._by_fingerprint.move_to_end(alert.fingerprint)
-            while len(self._by_fingerprint) > self.max_storms * self.max_members:
-                self._by_fingerprint.popitem(last=False)
+            cap = self.max_storms * self.max_members
+            for index in (self._by_fingerprint, self.changes.fingerprints):
+                index[alert.fingerprint] = (storm.key, alert.starts_at)
+                index.move_to_end(alert.fingerprint)
+                while len(index) > cap:
+                    index.popitem(last=False)
+
+
+def topology_of(settings: CorrelationSettings, edges: Iterable[Edge] = ()) -> Topology:
+    """The call graph correlation reads: the declared edges of ``settings`` and ``edges``."""
+    return Topology([*settings.topology, *edges], hops=settings.hops)
 
 
 def alert_key(alert: Alert) -> str:

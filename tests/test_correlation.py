@@ -181,3 +181,52 @@ def test_the_report_says_which_cause_explains_each_joined_alert_or_that_none_doe
     assert {x.how for x in unproven} == {"not explained: no cause was proven"}
     assert explain(_report(lead, [], "db"), EDGES) == []
     assert _report(lead, [], "db").incident.symptom is Symptom.latency
+
+
+def test_an_alert_with_nothing_to_correlate_by_joins_its_groups_storm_until_the_window_has_passed() -> None:
+    correlator = Correlator(Topology(EDGES))
+    first = correlator.join(alert("DiskFull"), key="team-blue", reason="same alert group")
+    second = correlator.join(alert("MemoryHigh", at=timedelta(minutes=2)), key="team-blue", reason="same alert group")
+    assert first.opened and not second.opened and second.storm is first.storm
+    assert [m.reason for m in first.storm.members] == ["", "same alert group"]
+    later = correlator.join(alert("DiskFull", at=timedelta(hours=3)), key="team-blue", reason="same alert group")
+    assert later.opened and later.storm is not first.storm and correlator.held("team-blue") is later.storm
+
+
+def test_a_correlator_seeded_with_stored_storms_places_as_one_that_held_them_and_lists_its_changes() -> None:
+    holder = Correlator(Topology(EDGES))
+    opened = holder.place(alert("WebLatency", "web"), key="g1").storm
+    holder.place(alert("Reports", "reports"), key="g2")
+    assert list(holder.changes.storms) == ["g1", "g2"] and set(holder.changes.fingerprints) == {
+        "fp-WebLatency-web-0",
+        "fp-Reports-reports-0",
+    }
+    seeded = Correlator(Topology(EDGES))
+    seeded.remember(opened, [("fp-WebLatency-web-0", T0)])
+    assert not seeded.changes.storms  # remembering changes nothing
+    joined = seeded.place(alert("DbSaturation", "db", at=timedelta(minutes=1)), key="g3")
+    again = seeded.place(alert("WebLatency", "web"), key="g4")
+    assert joined.storm is opened and again.storm is opened and again.reason == "already part of it"
+    assert list(seeded.changes.storms) == ["g1"] and list(seeded.changes.fingerprints) == ["fp-DbSaturation-db-60"]
+    seeded.forget("g1")
+    assert seeded.changes.forgotten == {"g1"} and not seeded.changes.storms and not seeded.changes.fingerprints
+
+
+def test_alerts_that_name_different_clusters_or_environments_are_never_one_storm() -> None:
+    storms = correlate(
+        [
+            alert("WebLatency", "web", cluster="eu-1"),
+            alert("DbSaturation", "db", at=timedelta(minutes=1), cluster="eu-1"),
+            alert("WebLatency", "web", at=timedelta(minutes=2), cluster="us-2"),
+            alert("ApiErrors", "api", at=timedelta(minutes=3)),  # names no cluster: the first storm takes it
+            alert("OrdersSlow", "orders", at=timedelta(minutes=4), cluster="eu-1", env="staging"),
+            alert("CatalogSlow", "catalog", at=timedelta(minutes=5), cluster="eu-1", env="prod"),
+        ],
+        EDGES,
+    )
+    assert keys(storms) == [
+        ["WebLatency", "DbSaturation", "ApiErrors", "OrdersSlow"],
+        ["WebLatency"],
+        ["CatalogSlow"],
+    ]
+    assert storms[0].scope == {"cluster": "eu-1", "env": "staging"}

@@ -230,7 +230,11 @@ def test_a_group_is_investigated_once_then_resolved(client: TestClient) -> None:
     # the group fires again later: a new incident, a new investigation
     reopened = post(client, notification())
     assert reopened.json()["action"] == "opened" and reopened.json()["incident_id"] != incident_id
-    assert post(client, notification(status="resolved", group_key="never-seen")).json()["action"] == "ignored"
+    never_seen = {**order_alert(), "fingerprint": "never-seen"}  # an alert no incident has had
+    assert (
+        post(client, notification([never_seen], status="resolved", group_key="never-seen")).json()["action"]
+        == "ignored"
+    )
     metrics = client.get("/metrics").text
     assert 'opsagent_webhook_notifications_total{action="updated"} 1.0' in metrics
     assert 'opsagent_investigations_total{outcome="confirmed"} 1.0' in metrics
@@ -302,6 +306,8 @@ def test_the_service_prunes_incidents_past_their_retention(tmp_path: Path, backe
 def test_incidents_filter_by_service(client: TestClient) -> None:
     post(client, notification())
     other = order_alert(service="cart-service", alertname="CartErrors")
+    # a day later: an incident of its own, not part of the order-service alert's storm
+    other["startsAt"] = (datetime.fromisoformat(other["startsAt"]) + timedelta(days=1)).isoformat()
     post(client, notification(alerts=[other], group_key="cart"))
     by_service = client.get("/incidents", params={"service": "cart-service"}).json()
     assert [i["service"] for i in by_service["incidents"]] == ["cart-service"]
@@ -370,10 +376,10 @@ def test_notifications_record_the_payload_as_received(client: TestClient, backen
 def test_a_store_that_cannot_be_written_is_a_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     from opsagent.store import ServiceStore, StoreError
 
-    async def broken(self: ServiceStore, notifications: object) -> None:
+    async def broken(self: ServiceStore, deliveries: object, correlator: object) -> None:
         raise StoreError("disk full", where=self.where)
 
-    monkeypatch.setattr(ServiceStore, "accept", broken)
+    monkeypatch.setattr(ServiceStore, "deliver", broken)
     response = post(client, notification())
     assert response.status_code == 503 and "retry" in response.json()["detail"]
 

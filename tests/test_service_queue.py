@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from opsagent.correlation import Correlator
 from opsagent.models import TimeRange
 from opsagent.service.charts import Chart, Marker, svg
 from opsagent.service.queue import Inbox, Owner, settle
 from opsagent.store import Accepted, IncidentRecord, JobOutcome, NotificationIn, ServiceStore, Store, StoreLocation
+from opsagent.store.storms import Delivery
 from tests.test_lessons import lesson
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -141,13 +144,15 @@ def test_the_inbox_commits_concurrent_notifications_together(
     store_location: StoreLocation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    original = ServiceStore.accept
+    original = ServiceStore.deliver
 
-    async def counting(self: ServiceStore, notifications: list[NotificationIn]) -> list[Accepted]:
-        calls.append(len(notifications))
-        return await original(self, notifications)
+    async def counting(
+        self: ServiceStore, deliveries: list[Delivery], correlator: Callable[[], Correlator] | None
+    ) -> list[list[Accepted]]:
+        calls.append(len(deliveries))
+        return await original(self, deliveries, correlator)
 
-    monkeypatch.setattr(ServiceStore, "accept", counting)
+    monkeypatch.setattr(ServiceStore, "deliver", counting)
 
     async def run() -> list[str]:
         store = await ServiceStore.open(store_location)

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from opsagent.service.app import create_app
+from opsagent.store import Store
 from tests.conftest import INCIDENTS
 from tests.service_support import AUTH, notification, settings, wait_for
 
@@ -45,8 +46,9 @@ def shifted(alert: dict[str, Any], by: timedelta, **labels: str) -> dict[str, An
 
 
 def web_app(tmp_path: Path, **correlation: Any) -> FastAPI:
-    """Accepts and serves pages, runs no investigation: what is decided at the webhook alone."""
-    return create_app(settings(tmp_path, correlation={"enabled": True, **correlation}), role="web")
+    """Accepts and serves pages, runs no investigation: what is decided at the webhook alone.
+    Correlation is on by default."""
+    return create_app(settings(tmp_path, correlation=correlation), role="web")
 
 
 @pytest.fixture
@@ -87,7 +89,7 @@ def test_the_storm_posted_one_group_at_a_time_is_one_incident_and_its_investigat
         assert set(listed) == {first["incident_id"], apart["incident_id"]}
         assert listed[first["incident_id"]]["notifications"] == 1 + len(JOINED) + 1
     # a worker takes the queued job later: it reads the alerts that joined since, with the first
-    worker = create_app(settings(tmp_path, correlation={"enabled": True}), runner="thread", poll_s=0.2)
+    worker = create_app(settings(tmp_path), runner="thread", poll_s=0.2)
     with TestClient(worker, headers=AUTH) as client:
         body = finished(client, first["incident_id"])
     report = body["report"]
@@ -102,7 +104,7 @@ def test_the_storm_posted_one_group_at_a_time_is_one_incident_and_its_investigat
 def test_the_storm_in_one_notification_is_split_from_the_unrelated_alert_and_the_page_lists_the_alerts(
     tmp_path: Path,
 ) -> None:
-    app = create_app(settings(tmp_path, correlation={"enabled": True}), runner="thread", poll_s=0.2)
+    app = create_app(settings(tmp_path), runner="thread", poll_s=0.2)
     together = notification(
         [copy.deepcopy(a) for a in (LEAD, *OTHERS.values())], group_key='{}:{severity=~"page|warning"}'
     )
@@ -171,7 +173,25 @@ def test_thousands_of_alerts_in_a_minute_make_one_incident_and_the_correlator_st
             assert answer["incident_ids"] == [storm], batch
         listed = web.get("/incidents").json()
     assert listed["count"] == 1 and listed["incidents"][0]["notifications"] == 41
-    correlator = app.state.storms.correlator
-    storms, members, fingerprints = correlator.size()
-    assert (storms, members) == (1, 16) and fingerprints <= 8 * 16
-    assert correlator.storms[0].count == 2001
+    with Store(tmp_path / "data" / "opsagent.db") as store:
+        (held,) = store.storms()
+        fingerprints = store.storm_fingerprints()
+    assert len(held.storm.members) == 16 and held.storm.count == 2001 and fingerprints == 8 * 16
+
+
+def test_with_correlation_turned_off_each_alert_group_is_an_incident_of_its_own(tmp_path: Path) -> None:
+    with TestClient(web_app(tmp_path, enabled=False), headers=AUTH) as web:
+        answers = [post(web, alone(a)) for a in (LEAD, *OTHERS.values())]
+        assert [a["action"] for a in answers] == ["opened"] * (1 + len(OTHERS))
+        assert all(a["incident_ids"] == [] for a in answers)  # no storms: the field stays empty
+        assert web.get("/incidents").json()["count"] == 1 + len(OTHERS)
+
+
+def test_alerts_of_one_group_that_name_nothing_to_correlate_by_stay_one_incident(web: TestClient) -> None:
+    nameless = [
+        {"labels": {"alertname": name, "team": "blue"}, "startsAt": LEAD["startsAt"], "status": "firing"}
+        for name in ("DiskAlmostFull", "HighMemory")
+    ]
+    answer = post(web, notification(nameless, group_key="{}:{team=blue}"))
+    assert answer["action"] == "opened" and answer["incident_ids"] == [answer["incident_id"]]
+    assert web.get("/incidents").json()["count"] == 1

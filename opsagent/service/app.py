@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, 
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
@@ -34,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import ClientDisconnect
 
-from opsagent.correlation import Correlator
+from opsagent.correlation import Correlator, topology_of
 from opsagent.models import Report
 from opsagent.retrying import RetryPolicy
 from opsagent.service.auth import Credentials
@@ -46,10 +47,11 @@ from opsagent.service.pages import incident_page, index_page, not_found_page
 from opsagent.service.payload import GrafanaPayload, WebhookPayload
 from opsagent.service.provider import SourceProvider, known_topology, provider_for
 from opsagent.service.queue import Dispatcher, Inbox
-from opsagent.service.storms import Part, StormRouter
+from opsagent.service.storms import Part, split
 from opsagent.service.worker import Runner, WorkerConfig
 from opsagent.settings import Settings, load_settings
 from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, ServiceStore, StoreError
+from opsagent.store.storms import Delivery
 
 log = structlog.get_logger("opsagent.service")
 PayloadT = TypeVar("PayloadT", bound=BaseModel)
@@ -265,8 +267,12 @@ def create_app(
         correlation=settings.correlation,
     )
     parts: Parts | None = None
-    correlating = settings.correlation.enabled and role != "worker"
-    storms = StormRouter(Correlator.of(settings.correlation, known_topology(provider)) if correlating else None)
+    correlator: Callable[[], Correlator] | None = None
+    if settings.correlation.enabled and role != "worker":
+        # the graph is fixed for the process's life: built once, each transaction's correlator reads it
+        correlator = partial(
+            Correlator.of, settings.correlation, topology_of(settings.correlation, known_topology(provider))
+        )
 
     def current() -> Parts:
         if parts is None:
@@ -307,7 +313,7 @@ def create_app(
                 retention_s=settings.retention_days * 86400 or None,
             )
             await dispatcher.start()
-        parts = Parts(settings, metrics, store, Inbox(store), dispatcher, sender)
+        parts = Parts(settings, metrics, store, Inbox(store, correlator=correlator), dispatcher, sender)
         log.info(
             "service.start",
             role=role,
@@ -338,7 +344,6 @@ def create_app(
         version="1",
         lifespan=lifespan,
     )
-    app.state.storms = storms  # what its correlator holds, for tests and operators' debugging
     app.add_middleware(
         Guard,
         credentials=credentials,
@@ -414,9 +419,13 @@ def create_app(
         re-notification updates the incident, ``resolved`` resolves it), or once per alert storm
         when correlation is on (:mod:`opsagent.service.storms`)."""
         p = current()
-        notes = [note_of(payload, part, body) for part in storms.split(payload)]
-        # together: the inbox writes them in one transaction, in this order
-        results = await asyncio.gather(*(p.inbox.accept(note) for note in notes))
+
+        def notes(held: Correlator | None) -> list[NotificationIn]:
+            return [note_of(payload, part, body) for part in split(payload, held)]
+
+        # one transaction: the storms its alerts may join are read, and its parts written, together
+        alerts = tuple(a.as_alert() for a in payload.alerts) if correlator is not None else ()
+        results = await p.inbox.deliver(Delivery(split=notes, alerts=alerts, keys=(payload.group_key,)))
         if any(a.job_id is not None for a in results) and p.dispatcher is not None:
             p.dispatcher.wake()
         for alert in payload.alerts:
@@ -433,7 +442,7 @@ def create_app(
             action=accepted.action,
             report_url=f"/incidents/{accepted.incident_id}.html" if accepted.incident_id else None,
             incident_ids=list(dict.fromkeys(a.incident_id for a in results if a.incident_id))
-            if storms.correlator is not None
+            if correlator is not None
             else [],
         )
         return Response(answer.model_dump_json(), status_code=202, media_type="application/json")
@@ -458,7 +467,8 @@ def create_app(
     async def webhook(request: Request) -> Response:
         """Accept an Alertmanager notification (version 4): stored durably before the answer,
         investigated once per alert group (a re-notification updates the incident, ``resolved``
-        resolves it)."""
+        resolves it), or once per alert storm: with correlation (on by default), alerts connected
+        to a storm another group opened go to that storm's incident."""
         started = time.perf_counter()
         body = await received(request)
         if body is None:

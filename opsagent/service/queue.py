@@ -26,9 +26,11 @@ from functools import partial
 
 import structlog
 
+from opsagent.correlation import Correlator
 from opsagent.service.metrics import ServiceMetrics
 from opsagent.service.worker import JobInput, JobOutput, Runner
 from opsagent.store import Accepted, ClaimedJob, NotificationIn, ServiceStore, StoreError
+from opsagent.store.storms import Delivery
 
 log = structlog.get_logger("opsagent.service.queue")
 
@@ -59,16 +61,24 @@ class Inbox:
     """Accepts notifications with group commit: the first is written at once; those arriving
     meanwhile are written together next, in arrival order. Up to the store's ``concurrent_writes``
     batches are in flight at once (SQLite: one, its writer; PostgreSQL: two, so that one batch's
-    round trips and commit overlap the next one's)."""
+    round trips and commit overlap the next one's). ``correlator``: a factory of empty correlators
+    when alert correlation is on; each batch then splits its notifications by storm against the
+    storms in the store (:mod:`opsagent.store.storms`)."""
 
-    def __init__(self, store: ServiceStore) -> None:
+    def __init__(self, store: ServiceStore, *, correlator: Callable[[], Correlator] | None = None) -> None:
         self.store = store
-        self._pending: list[tuple[NotificationIn, asyncio.Future[Accepted]]] = []
+        self.correlator = correlator
+        self._pending: list[tuple[Delivery, asyncio.Future[list[Accepted]]]] = []
         self._flushers: set[asyncio.Task[None]] = set()
 
     async def accept(self, notification: NotificationIn) -> Accepted:
-        future: asyncio.Future[Accepted] = asyncio.get_running_loop().create_future()
-        self._pending.append((notification, future))
+        (accepted,) = await self.deliver(Delivery.plain(notification))
+        return accepted
+
+    async def deliver(self, delivery: Delivery) -> list[Accepted]:
+        """What each notification ``delivery`` splits into did, once all are stored."""
+        future: asyncio.Future[list[Accepted]] = asyncio.get_running_loop().create_future()
+        self._pending.append((delivery, future))
         if len(self._flushers) < self.store.concurrent_writes:
             flusher = asyncio.create_task(self._flush())
             self._flushers.add(flusher)
@@ -78,9 +88,9 @@ class Inbox:
     async def _flush(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            notes = [n for n, _ in batch]
+            deliveries = [d for d, _ in batch]
             try:
-                results = await self.store.accept(notes)
+                results = await self.store.deliver(deliveries, self.correlator)
             except Exception as exc:  # every waiter hears why its notification was not stored
                 for _, future in batch:
                     if not future.done():

@@ -10,7 +10,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from opsagent.lessons import LessonCounter
 from opsagent.models import Lesson, Report
-from opsagent.store import inbox, incidents, investigations, jobs, lessons
+from opsagent.store import inbox, incidents, investigations, jobs, lessons, storms
 from opsagent.store.errors import StoreError
 from opsagent.store.location import StoreLocation
 from opsagent.store.records import (
@@ -25,6 +25,7 @@ from opsagent.store.records import (
     NotificationIn,
 )
 from opsagent.store.sql import Tx
+from opsagent.store.storms import StormRow
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -185,6 +186,14 @@ class Store:
 
     def notification_count(self) -> int:
         return self._db.read(incidents.notification_count)
+
+    def storms(self) -> list[StormRow]:
+        """The alert storms the webhook holds, least recently touched first."""
+        return self._db.read(storms.held)
+
+    def storm_fingerprints(self) -> int:
+        """Alerts indexed by fingerprint across the storms held (bounded like the storms)."""
+        return self._db.read(storms.fingerprints_held)
 
     def incidents(
         self,

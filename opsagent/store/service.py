@@ -20,8 +20,9 @@ from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
 import structlog
 
+from opsagent.correlation import Correlator
 from opsagent.models import Report
-from opsagent.store import inbox, incidents, investigations, jobs, outbox
+from opsagent.store import inbox, incidents, investigations, jobs, outbox, storms
 from opsagent.store.errors import StoreError
 from opsagent.store.location import StoreLocation
 from opsagent.store.outbox import OutboxItem, OutboxRow
@@ -37,6 +38,7 @@ from opsagent.store.records import (
 )
 from opsagent.store.sql import Tx
 from opsagent.store.sqlite import SqliteDatabase
+from opsagent.store.storms import Delivery, StormRow
 
 log = structlog.get_logger("opsagent.store")
 
@@ -174,6 +176,17 @@ class ServiceStore:
 
     async def accept(self, notifications: Sequence[NotificationIn]) -> list[Accepted]:
         return await self._db.write(inbox.accept, notifications, self.sinks)
+
+    async def deliver(
+        self, deliveries: Sequence[Delivery], correlator: Callable[[], Correlator] | None
+    ) -> list[list[Accepted]]:
+        """Accept notifications in one transaction, each split by alert storm when ``correlator``
+        (a factory of empty correlators) is given (:mod:`opsagent.store.storms`)."""
+        return await self._db.write(storms.deliver, deliveries, correlator, self.sinks)
+
+    async def storms(self) -> list[StormRow]:
+        """The alert storms held, least recently touched first."""
+        return await self._db.read(storms.held)
 
     async def check_writable(self) -> None:
         await self._db.probe(inbox.accept, [inbox.probe()])
