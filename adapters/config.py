@@ -55,6 +55,8 @@ from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
 from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import Change, Edge, KubeObject, MetricSeries, SignalDef, Span
 from opsagent.logsummary import Summariser
+from opsagent.models import Alert
+from opsagent.plan import Reading, SeriesReader
 from opsagent.sizecap import size_cap
 from opsagent.sources import Sources
 
@@ -207,6 +209,12 @@ class LiveSources:
     sources: Sources
     catalog: SignalCatalog
     readers: list[Any] = field(default_factory=list)
+
+    def reading(self, alert: Alert, *, series: SeriesReader | None = None) -> Reading:
+        """What an investigation of ``alert`` reads here; the reading's ``close`` closes the clients."""
+        return Reading(
+            name="live", alert=alert, sources=self.sources, catalog=self.catalog, series=series, close=self.aclose
+        )
 
     async def aclose(self) -> None:
         for reader in self.readers:

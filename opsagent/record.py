@@ -33,8 +33,8 @@ from opsagent.fixtures import Change, LogRecord, MetricSeries, SignalDef, Span, 
 from opsagent.loop import Budget
 from opsagent.models import Alert, Incident, Report
 from opsagent.pipeline import investigate
+from opsagent.plan import Planner
 from opsagent.playbooks import Playbook
-from opsagent.reasoner import PlaybookReasoner
 from opsagent.redaction import redact as redact_text
 from opsagent.redaction import redactors
 
@@ -182,14 +182,8 @@ async def record_incident(
     recorder = Recorder()
     stamp = now or datetime.now(UTC)
     async with open_live_sources(sources_config, signals=signals, environ=env, recorder=recorder) as live:
-        report = await investigate(
-            alert,
-            sources=live.sources,
-            catalog=live.catalog,
-            reasoner=PlaybookReasoner(list(playbooks)),
-            budget=budget,
-            now=stamp,
-        )
+        plan = Planner(playbooks=tuple(playbooks), budget=budget).plan(live.reading(alert))
+        report = await investigate(plan, now=stamp)
         names = [r.name for r in live.readers]
     chain = redactors(environ=env)  # the project's one chain, with the secrets this environment holds
 

@@ -29,8 +29,8 @@ from opsagent.cli.sources import register
 from opsagent.doctor import check, diagnose
 from opsagent.errors import ConfigError
 from opsagent.models import Alert
-from opsagent.pipeline import investigate, load_default_playbooks
-from opsagent.reasoner import PlaybookReasoner
+from opsagent.pipeline import investigate
+from opsagent.plan import Planner
 from opsagent.settings import load_settings
 from tests.prometheus_server import free_port
 from tests.service_support import order_alert
@@ -179,12 +179,7 @@ def test_a_source_whose_client_cannot_be_built_is_named_and_the_others_are_read(
 
     async def run() -> dict[str, str]:
         async with open_live_sources(config) as live:
-            report = await investigate(
-                Alert.model_validate(alert),
-                sources=live.sources,
-                catalog=live.catalog,
-                reasoner=PlaybookReasoner(load_default_playbooks()),
-            )
+            report = await investigate(Planner.shipped().plan(live.reading(Alert.model_validate(alert))))
         assert report.status == "inconclusive"
         return report.unreadable_sources
 

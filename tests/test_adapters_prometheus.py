@@ -30,8 +30,8 @@ from opsagent.fixtures import Recording, load, validate
 from opsagent.incident import open_incident
 from opsagent.loop import Budget
 from opsagent.models import Action, ErrorData, Incident, MetricsData
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
-from opsagent.reasoner import PlaybookReasoner
+from opsagent.pipeline import investigate, investigate_fixture
+from opsagent.plan import Planner, Reading, load_default_playbooks
 from opsagent.record import record_incident
 from opsagent.sources import Sources
 from opsagent.tools import Toolbox
@@ -144,16 +144,15 @@ def test_investigation_over_live_metrics_concludes_as_replay(
 
     async def run(metrics: object) -> list[tuple[str, str]]:
         sources = Sources(metrics=metrics, logs=replayed.logs, changes=replayed.changes, traces=replayed.traces)  # type: ignore[arg-type]
-        report = await investigate(
-            recording.alert,
+        reading = Reading(
+            name="live",
+            alert=recording.alert,
             sources=sources,
             catalog=catalog,
-            reasoner=PlaybookReasoner(books),
             topology=recording.topology,
             recording=recording,
-            incident_id=recording.slug,
-            now=recording.window.end,
         )
+        report = await investigate(Planner(playbooks=tuple(books)).plan(reading), now=recording.window.end)
         return [(s.component, s.kind) for s in report.suspects[:3]]
 
     live = LiveMetrics(_reader(server), catalog=catalog)
@@ -268,12 +267,9 @@ def test_dead_server_is_unavailable_and_the_investigation_goes_on(recording: Rec
     )
     report = asyncio.run(
         investigate(
-            recording.alert,
-            sources=sources,
-            catalog=catalog,
-            reasoner=PlaybookReasoner(load_default_playbooks()),
-            recording=recording,
-            incident_id=recording.slug,
+            Planner.shipped().plan(
+                Reading(name="live", alert=recording.alert, sources=sources, catalog=catalog, recording=recording)
+            ),
             now=recording.window.end,
         )
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 #: Modules that wire adapters to the engine; everything else in opsagent/ is the engine.
-APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "service", "mcpserver"}
+APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "plan", "service", "mcpserver"}
 
 
 def _imports(path: Path) -> set[str]:

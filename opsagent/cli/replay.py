@@ -16,7 +16,7 @@ from opsagent.cli.investigate import lessons_or_warn
 from opsagent.cli.options import JsonOpt, LessonsOpt, PlaybooksOpt, StrategyOpt
 from opsagent.errors import UserError
 from opsagent.fixtures import tag_filter
-from opsagent.pipeline import load_default_playbooks
+from opsagent.plan import load_default_playbooks
 from opsagent.scoreboard import IncidentScore, Scoreboard, replay, tagged_dirs
 from opsagent.store import StoreError
 from opsagent.strategies import strategy

@@ -6,9 +6,9 @@ Modules, one noun each: ``payload`` (the webhook's shape), ``auth`` (credentials
 job), ``charts`` and ``pages`` (HTML), ``metrics``, ``notifier``, ``app`` (wiring), ``cli``.
 """
 
-from opsagent.service.provider import FixtureProvider, NoSources, Plan, SourceProvider
+from opsagent.service.provider import FixtureProvider, NoSources, SourceProvider
 
-__all__ = ["FixtureProvider", "NoSources", "Plan", "SourceProvider", "create_app"]
+__all__ = ["FixtureProvider", "NoSources", "SourceProvider", "create_app"]
 
 
 def __getattr__(name: str) -> object:

@@ -47,7 +47,7 @@ from opsagent.service.payload import GrafanaPayload, WebhookPayload
 from opsagent.service.provider import SourceProvider, known_topology, provider_for
 from opsagent.service.queue import Dispatcher, Inbox
 from opsagent.service.storms import Part, StormRouter
-from opsagent.service.worker import Runner, WorkerConfig
+from opsagent.service.worker import Runner, worker_config
 from opsagent.settings import Settings, load_settings
 from opsagent.store import IncidentRecord, InvestigationState, NotificationIn, ServiceStore, StoreError
 
@@ -254,16 +254,7 @@ def create_app(
     metrics = metrics or ServiceMetrics()
     if provider is None:
         provider = provider_for(settings)
-    config = WorkerConfig(
-        store=settings.store,
-        provider=provider,
-        lessons_top_k=settings.lessons_top_k,
-        lessons_cap=settings.lessons_recent,
-        log_level=log_level,
-        playbooks=settings.playbooks_dir,
-        links=settings.link_settings(),
-        correlation=settings.correlation,
-    )
+    config = worker_config(settings, provider=provider, log_level=log_level)
     parts: Parts | None = None
     correlating = settings.correlation.enabled and role != "worker"
     storms = StormRouter(Correlator.of(settings.correlation, known_topology(provider)) if correlating else None)
