@@ -36,7 +36,6 @@ from adapters.loki import LokiReader
 from adapters.prometheus import PrometheusReader, prometheus_client
 from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
 from adapters.protocols import KubernetesReader as KubeReader
-from adapters.readers import LogBatch
 from adapters.sourceconfig import (
     AnySourceConfig,
     ChangeFeedConfig,
@@ -59,6 +58,7 @@ from opsagent.models import Alert
 from opsagent.plan import Reading, SeriesReader
 from opsagent.sizecap import size_cap
 from opsagent.sources import Sources
+from opsagent.sources.queries import LogBatch
 
 if TYPE_CHECKING:
     from opsagent.settings import Settings

@@ -34,12 +34,12 @@ from elastic_transport._node import NodeApiResponse
 from elasticsearch import AsyncElasticsearch, UnsupportedProductError
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.readers import LevelBucket, LogBatch, LogCounts, LogQuery
 from adapters.sourceconfig import LogFields
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange
 from opsagent.sizecap import BodyTooLarge, size_cap
+from opsagent.sources.queries import LevelBucket, LogBatch, LogCounts, LogQuery
 
 log = structlog.get_logger("opsagent.adapters")
 

@@ -26,11 +26,11 @@ import httpx
 import structlog
 
 from adapters.boundary import HTTPX_ERRORS, http_error, translate
-from adapters.readers import LevelBucket, LogBatch, LogCounts, LogQuery
 from adapters.sourceconfig import LokiLabels
 from opsagent.errors import MalformedResponse
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange
+from opsagent.sources.queries import LevelBucket, LogBatch, LogCounts, LogQuery
 
 log = structlog.get_logger("opsagent.adapters")
 

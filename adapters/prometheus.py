@@ -26,13 +26,13 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import DEFAULT_SCAN_MATCH
 from opsagent.calls import bounded
 from opsagent.errors import AnswerTooLarge, MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.selector import SelectorError, parse
 from opsagent.sizecap import MAX_ANSWER_BYTES, BodyTooLarge
+from opsagent.sources.queries import EXPRESSION_NAME
 from opsagent.stats import ts
 
 log = structlog.get_logger("opsagent.adapters")

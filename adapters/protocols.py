@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from adapters.readers import LogBatch, LogQuery
 from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, MetricSeries, Span
+from opsagent.sources.queries import LogBatch, LogQuery
 
 # A live source is the replay computation over raw records a *reader* fetches from a real system
 # (adapters.live). Each backend (Prometheus, Elasticsearch, Loki, git, a change feed, Jaeger, Tempo,

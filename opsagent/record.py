@@ -23,7 +23,6 @@ import yaml
 from pydantic import BaseModel
 
 from adapters.config import open_live_sources
-from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import SourcesConfig
 from adapters.wrappers import QUERY_LABEL, Recorder
 from opsagent.analysis.series import SERVICE_LABELS, is_counter
@@ -37,6 +36,7 @@ from opsagent.plan import Planner
 from opsagent.playbooks import Playbook
 from opsagent.redaction import redact as redact_text
 from opsagent.redaction import redactors
+from opsagent.sources.queries import EXPRESSION_NAME
 
 #: One step of redaction: text in, text with secrets replaced out.
 Redaction = Callable[[str], str]

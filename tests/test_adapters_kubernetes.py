@@ -760,8 +760,8 @@ class _Logs:
         self.queries: list[Any] = []
 
     async def records(self, *, query: Any) -> Any:
-        from adapters.readers import LogBatch
         from opsagent.errors import SourceUnavailable
+        from opsagent.sources.queries import LogBatch
 
         self.queries.append(query)
         if self.fail:
