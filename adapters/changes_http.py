@@ -1,6 +1,6 @@
 """Changes from an HTTP JSON change feed (a deploy tracker's API), over httpx.
 
-A changes *reader* (:class:`adapters.protocols.ChangesReader`): one GET with the time range (and
+A changes *reader* (:class:`opsagent.sources.readers.ChangesReader`): one GET with the time range (and
 optionally the service) as query parameters; where the list sits in the answer, what each field is
 called and how times are written are configuration. Read-only: it only sends GET. The httpx client
 (base URL, auth headers, TLS) is injected; its errors are translated here, once.

@@ -34,8 +34,6 @@ from adapters.live import (
 )
 from adapters.loki import LokiReader
 from adapters.prometheus import PrometheusReader, prometheus_client
-from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
-from adapters.protocols import KubernetesReader as KubeReader
 from adapters.sourceconfig import (
     AnySourceConfig,
     ChangeFeedConfig,
@@ -59,6 +57,8 @@ from opsagent.plan import Reading, SeriesReader
 from opsagent.sizecap import size_cap
 from opsagent.sources import Sources
 from opsagent.sources.queries import LogBatch
+from opsagent.sources.readers import ChangesReader, LogsReader, MetricsReader, TracesReader
+from opsagent.sources.readers import KubernetesReader as KubeReader
 
 if TYPE_CHECKING:
     from opsagent.settings import Settings

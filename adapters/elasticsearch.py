@@ -1,6 +1,6 @@
 """Elasticsearch / OpenSearch logs through the official async client on its httpx node.
 
-A logs *reader* (:class:`adapters.protocols.LogsReader`): one index pattern, field names
+A logs *reader* (:class:`opsagent.sources.readers.LogsReader`): one index pattern, field names
 configurable (ECS by default), a query by time range, service, level and text. Exact counts come
 from aggregations (terms on level and service over the window, a date histogram of levels); raw
 hits are paged with ``search_after`` over a point in time, up to a cap, for the summariser.

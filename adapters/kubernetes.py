@@ -9,7 +9,7 @@ watch) of the resources listed in :data:`READABLE`, so no create, update, patch,
 attach, port-forward, proxy, log or secret read can be sent (``tests/test_adapters_kubernetes.py``
 proves it for every verb).
 
-* :class:`KubernetesReader` lists objects of one kind (a :class:`adapters.protocols.KubernetesReader`);
+* :class:`KubernetesReader` lists objects of one kind (a :class:`opsagent.sources.readers.KubernetesReader`);
   :class:`adapters.kubesource.RecordedObjects` serves a recorded incident's objects the same way.
 * The Kubernetes source over either, and rollout history as changes, are :mod:`adapters.kubesource`'s.
 

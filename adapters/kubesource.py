@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from adapters.protocols import KubernetesReader, LogsReader
 from opsagent.analysis.kube import analyze, explain_exits
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
 from opsagent.models import Incident, KubeFinding, KubernetesData, TimeRange
 from opsagent.sources.queries import LogQuery
+from opsagent.sources.readers import KubernetesReader, LogsReader
 
 log = structlog.get_logger("opsagent.adapters")
 

@@ -1,6 +1,6 @@
 """Grafana Loki logs through its HTTP API (LogQL ``query_range`` and ``query``), over httpx.
 
-A logs *reader* (:class:`adapters.protocols.LogsReader`), summarised by the same summariser as
+A logs *reader* (:class:`opsagent.sources.readers.LogsReader`), summarised by the same summariser as
 Elasticsearch's lines. One stream selector per question: the configured matchers (``selector``),
 the service label, a case-insensitive line filter for the text, and an optional parser stage
 (``| json`` / ``| logfmt``) that turns fields of the line into labels the level, trace id and pod

@@ -1,6 +1,6 @@
 """Prometheus (and PromQL-compatible stores: Thanos, Mimir, VictoriaMetrics) through prometheus-api-client.
 
-A metrics *reader* (:class:`adapters.protocols.MetricsReader`): range queries with the step sized to
+A metrics *reader* (:class:`opsagent.sources.readers.MetricsReader`): range queries with the step sized to
 at most ``max_points`` points, instant queries, and series discovery for triage's scan. It only
 calls read endpoints (``/api/v1/query``, ``query_range``, ``series``, ``labels``, ``status/buildinfo``).
 The client is built by :func:`prometheus_client` and injected; the blocking client runs in worker
