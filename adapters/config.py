@@ -21,17 +21,6 @@ from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader
 from adapters.kubernetes import KubernetesReader, open_api
 from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
-from adapters.live import (
-    ChangesFanOut,
-    KubernetesFanOut,
-    LiveChanges,
-    LiveLogs,
-    LiveMetrics,
-    LiveTraces,
-    LogsFanOut,
-    MetricsFanOut,
-    TracesFanOut,
-)
 from adapters.loki import LokiReader
 from adapters.prometheus import PrometheusReader, prometheus_client
 from adapters.sourceconfig import (
@@ -56,6 +45,17 @@ from opsagent.models import Alert
 from opsagent.plan import Reading, SeriesReader
 from opsagent.sizecap import size_cap
 from opsagent.sources import Sources
+from opsagent.sources.live import (
+    ChangesFanOut,
+    KubernetesFanOut,
+    LiveChanges,
+    LiveLogs,
+    LiveMetrics,
+    LiveTraces,
+    LogsFanOut,
+    MetricsFanOut,
+    TracesFanOut,
+)
 from opsagent.sources.queries import LogBatch
 from opsagent.sources.readers import ChangesReader, LogsReader, MetricsReader, TracesReader
 from opsagent.sources.readers import KubernetesReader as KubeReader

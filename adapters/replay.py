@@ -3,7 +3,7 @@
 The same protocols as the live adapters, computed from the fixture rather than queried, so any
 strategy can ask any question of a recording. Read-only; indexes are built once per recording.
 The computations are the engine's (:mod:`opsagent.analysis`), shared with the live sources
-(:mod:`adapters.live`), so an investigation sees the same observations live and in replay.
+(:mod:`opsagent.sources.live`), so an investigation sees the same observations live and in replay.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ import typer
 from typer.testing import CliRunner
 
 from adapters.config import open_live_sources, sources_from_settings
-from adapters.live import LiveMetrics, MetricsFanOut
 from adapters.sourceconfig import (
     ElasticsearchConfig,
     GitConfig,
@@ -32,6 +31,7 @@ from opsagent.models import Alert
 from opsagent.pipeline import investigate
 from opsagent.plan import Planner
 from opsagent.settings import load_settings
+from opsagent.sources.live import LiveMetrics, MetricsFanOut
 from tests.prometheus_server import free_port
 from tests.service_support import order_alert
 

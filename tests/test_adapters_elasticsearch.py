@@ -11,7 +11,6 @@ import pytest
 import respx
 
 from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
-from adapters.live import LiveLogs
 from adapters.replay import ReplayLogs
 from adapters.sourceconfig import ElasticsearchConfig, LogFields
 from opsagent.doctor import check
@@ -27,6 +26,7 @@ from opsagent.fixtures import Recording, load
 from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
 from opsagent.models import Incident, LogsData
+from opsagent.sources.live import LiveLogs
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_elasticsearch import FakeElasticsearch, documents
 

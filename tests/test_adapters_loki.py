@@ -12,7 +12,6 @@ import pytest
 import respx
 
 from adapters.config import open_live_sources, reader_for
-from adapters.live import LiveLogs
 from adapters.loki import LokiReader
 from adapters.replay import ReplayLogs
 from adapters.sourceconfig import LokiConfig, LokiLabels, SourcesConfig
@@ -22,6 +21,7 @@ from opsagent.fixtures import LogRecord, Recording, load
 from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
 from opsagent.models import Incident, LogsData
+from opsagent.sources.live import LiveLogs
 from opsagent.sources.queries import LogQuery
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_loki import FakeLoki

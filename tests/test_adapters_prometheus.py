@@ -19,7 +19,6 @@ import requests
 import yaml
 
 from adapters.config import live_catalog
-from adapters.live import LiveMetrics
 from adapters.prometheus import PrometheusReader, prometheus_client, sampled, step_for
 from adapters.replay import replay_sources
 from adapters.sourceconfig import GitConfig, PathRule, PrometheusConfig, SourcesConfig
@@ -34,6 +33,7 @@ from opsagent.pipeline import investigate, investigate_fixture
 from opsagent.plan import Planner, Reading, load_default_playbooks
 from opsagent.record import record_incident
 from opsagent.sources import Sources
+from opsagent.sources.live import LiveMetrics
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.prometheus_server import BASIC_PASSWORD, BASIC_USER, available, free_port, prometheus

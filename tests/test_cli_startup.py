@@ -27,7 +27,7 @@ LIVE_ONLY = (
     "fastapi",
     "adapters.alertmanager",
     "adapters.config",
-    "adapters.live",
+    "opsagent.sources.live",
     "adapters.elasticsearch",
     "adapters.kubernetes",
 )

@@ -38,5 +38,5 @@ def test_engine_modules_import_no_adapter() -> None:
 
 def test_the_layering_test_sees_an_adapter_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("from adapters.replay import replay_sources\nimport adapters.live\n")
-    assert _imports(probe) == {"adapters.replay", "adapters.live"}
+    probe.write_text("from adapters.replay import replay_sources\nimport adapters.prometheus\n")
+    assert _imports(probe) == {"adapters.replay", "adapters.prometheus"}
