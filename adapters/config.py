@@ -22,7 +22,7 @@ from adapters.jaeger import JaegerReader
 from adapters.kubernetes import KubernetesReader, open_api
 from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
 from adapters.loki import LokiReader
-from adapters.prometheus import PrometheusReader, prometheus_client
+from adapters.prometheus.reader import PrometheusReader, prometheus_client
 from adapters.sourceconfig import (
     AnySourceConfig,
     ChangeFeedConfig,

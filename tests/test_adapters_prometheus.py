@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from adapters.config import live_catalog
-from adapters.prometheus import PrometheusReader, prometheus_client, sampled, step_for
+from adapters.prometheus.reader import PrometheusReader, prometheus_client, sampled, step_for
 from adapters.replay import replay_sources
 from adapters.sourceconfig import GitConfig, PathRule, PrometheusConfig, SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
