@@ -17,7 +17,7 @@ import structlog
 
 from adapters.changes_git import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
-from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
+from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader
 from adapters.kubernetes import KubernetesReader, open_api
 from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words

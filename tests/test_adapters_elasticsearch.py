@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
+from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from adapters.replay import ReplayLogs
 from adapters.sourceconfig import ElasticsearchConfig, LogFields
 from opsagent.doctor import check

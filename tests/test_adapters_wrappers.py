@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from adapters import changes_git
-from adapters import elasticsearch as es_adapter
 from adapters.boundary import HTTPX_ERRORS, ErrorTable, error_text, mapped_by, status_error, translate
+from adapters.elasticsearch import reader as es_adapter
 from adapters.prometheus import reader as prometheus
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
 from opsagent.catalog import default_catalog

@@ -28,7 +28,7 @@ LIVE_ONLY = (
     "adapters.alertmanager",
     "adapters.config",
     "opsagent.sources.live",
-    "adapters.elasticsearch",
+    "adapters.elasticsearch.reader",
     "adapters.kubernetes",
 )
 
