@@ -21,7 +21,7 @@ from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_cli
 from adapters.jaeger import JaegerReader
 from adapters.kubernetes import KubernetesReader, open_api
 from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
-from adapters.loki import LokiReader
+from adapters.loki.reader import LokiReader
 from adapters.prometheus.reader import PrometheusReader, prometheus_client
 from adapters.sourceconfig import (
     AnySourceConfig,

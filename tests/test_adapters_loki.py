@@ -12,7 +12,7 @@ import pytest
 import respx
 
 from adapters.config import open_live_sources, reader_for
-from adapters.loki import LokiReader
+from adapters.loki.reader import LokiReader
 from adapters.replay import ReplayLogs
 from adapters.sourceconfig import LokiConfig, LokiLabels, SourcesConfig
 from opsagent.doctor import check
