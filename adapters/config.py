@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 import structlog
 
-from adapters.changes_git import GitChangesReader, git_cli
+from adapters.changes_git.reader import GitChangesReader, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import respx
 
-from adapters.changes_git import GitChangesReader, commit_url_template, git_cli
+from adapters.changes_git.reader import GitChangesReader, commit_url_template, git_cli
 from adapters.changes_http import HttpChangesReader
 from adapters.replay import ReplayChanges
 from adapters.sourceconfig import FeedFields, FeedQuery, PathRule

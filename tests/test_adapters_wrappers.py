@@ -15,8 +15,8 @@ import prometheus_api_client.exceptions
 import pytest
 import requests
 
-from adapters import changes_git
 from adapters.boundary import HTTPX_ERRORS, ErrorTable, error_text, mapped_by, status_error, translate
+from adapters.changes_git import reader as changes_git
 from adapters.elasticsearch import reader as es_adapter
 from adapters.prometheus import reader as prometheus
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded

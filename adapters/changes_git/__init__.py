@@ -1,0 +1,1 @@
+"""Changes from a git repository (GitOps, configuration): the adapter (``reader``) and its configuration (``config``)."""
