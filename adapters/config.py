@@ -16,7 +16,7 @@ import httpx
 import structlog
 
 from adapters.changes_git.reader import GitChangesReader, git_cli
-from adapters.changes_http import HttpChangesReader
+from adapters.changes_http.reader import HttpChangesReader
 from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger import JaegerReader
 from adapters.kubernetes import KubernetesReader, open_api

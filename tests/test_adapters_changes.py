@@ -14,7 +14,7 @@ import pytest
 import respx
 
 from adapters.changes_git.reader import GitChangesReader, commit_url_template, git_cli
-from adapters.changes_http import HttpChangesReader
+from adapters.changes_http.reader import HttpChangesReader
 from adapters.replay import ReplayChanges
 from adapters.sourceconfig import FeedFields, FeedQuery, PathRule
 from opsagent.errors import MalformedResponse, SourceAuthFailed, SourceTimeout, SourceUnavailable
