@@ -12,7 +12,7 @@ import httpx
 import pytest
 import respx
 
-from adapters.jaeger import JaegerReader
+from adapters.jaeger.reader import JaegerReader
 from adapters.replay import ReplayTraces
 from adapters.tempo import TempoReader
 from opsagent.errors import MalformedResponse, QueryRejected, SourceTimeout, SourceUnavailable
