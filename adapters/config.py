@@ -35,7 +35,7 @@ from adapters.sourceconfig import (
     PrometheusConfig,
     SourcesConfig,
 )
-from adapters.tempo import TempoReader
+from adapters.tempo.reader import TempoReader
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
 from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
 from opsagent.errors import SourceUnavailable

@@ -14,7 +14,7 @@ import respx
 
 from adapters.jaeger.reader import JaegerReader
 from adapters.replay import ReplayTraces
-from adapters.tempo import TempoReader
+from adapters.tempo.reader import TempoReader
 from opsagent.errors import MalformedResponse, QueryRejected, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import Recording, load
 from opsagent.incident import open_incident
