@@ -19,7 +19,7 @@ from adapters.changes_git.reader import GitChangesReader, git_cli
 from adapters.changes_http.reader import HttpChangesReader
 from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from adapters.jaeger.reader import JaegerReader
-from adapters.kubernetes import KubernetesReader, open_api
+from adapters.kubernetes.reader import KubernetesReader, open_api
 from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
 from adapters.loki.reader import LokiReader
 from adapters.prometheus.reader import PrometheusReader, prometheus_client

@@ -25,7 +25,7 @@ from kr8s.asyncio.objects import Pod
 
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
-from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
+from adapters.kubernetes.reader import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
 from adapters.kubesource import READ, KubernetesState, RolloutChanges, recorded_last_words, replay_kubernetes
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import AnswerTooLarge, NotReadOnly, SourceAuthFailed

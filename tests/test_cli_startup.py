@@ -29,7 +29,7 @@ LIVE_ONLY = (
     "adapters.config",
     "opsagent.sources.live",
     "adapters.elasticsearch.reader",
-    "adapters.kubernetes",
+    "adapters.kubernetes.reader",
 )
 
 PROBE = """
