@@ -25,7 +25,7 @@ LIVE_ONLY = (
     "prometheus_api_client",
     "uvicorn",
     "fastapi",
-    "adapters.alertmanager",
+    "adapters.alertmanager.client",
     "adapters.config",
     "opsagent.sources.live",
     "adapters.elasticsearch.reader",

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from adapters.alertmanager import AlertmanagerClient, FiringAlert, started
+from adapters.alertmanager.client import AlertmanagerClient, FiringAlert, started
 from adapters.config import httpx_client
 from adapters.sourceconfig import AlertmanagerConfig
 from opsagent.cli.common import ExitCode, fail, out, settings, wide
