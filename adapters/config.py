@@ -15,26 +15,23 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 import structlog
 
+from adapters.baseconfig import HttpSourceConfig
+from adapters.changes_git.config import GitConfig
 from adapters.changes_git.reader import GitChangesReader, git_cli
+from adapters.changes_http.config import ChangeFeedConfig
 from adapters.changes_http.reader import HttpChangesReader
+from adapters.elasticsearch.config import ElasticsearchConfig
 from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
+from adapters.jaeger.config import JaegerConfig
 from adapters.jaeger.reader import JaegerReader
+from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.reader import KubernetesReader, open_api
 from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
+from adapters.loki.config import LokiConfig
 from adapters.loki.reader import LokiReader
+from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.reader import PrometheusReader, prometheus_client
-from adapters.sourceconfig import (
-    AnySourceConfig,
-    ChangeFeedConfig,
-    ElasticsearchConfig,
-    GitConfig,
-    HttpSourceConfig,
-    JaegerConfig,
-    KubernetesConfig,
-    LokiConfig,
-    PrometheusConfig,
-    SourcesConfig,
-)
+from adapters.sourceconfig import AnySourceConfig, SourcesConfig
 from adapters.tempo.reader import TempoReader
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
 from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals

@@ -13,10 +13,11 @@ import httpx
 import pytest
 import respx
 
+from adapters.changes_git.config import PathRule
 from adapters.changes_git.reader import GitChangesReader, commit_url_template, git_cli
+from adapters.changes_http.config import FeedFields, FeedQuery
 from adapters.changes_http.reader import HttpChangesReader
 from adapters.replay import ReplayChanges
-from adapters.sourceconfig import FeedFields, FeedQuery, PathRule
 from opsagent.errors import MalformedResponse, SourceAuthFailed, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import load
 from opsagent.incident import open_incident

@@ -14,15 +14,12 @@ import respx
 import typer
 from typer.testing import CliRunner
 
+from adapters.changes_git.config import GitConfig, PathRule
 from adapters.config import open_live_sources, sources_from_settings
-from adapters.sourceconfig import (
-    ElasticsearchConfig,
-    GitConfig,
-    JaegerConfig,
-    PathRule,
-    PrometheusConfig,
-    SourcesConfig,
-)
+from adapters.elasticsearch.config import ElasticsearchConfig
+from adapters.jaeger.config import JaegerConfig
+from adapters.prometheus.config import PrometheusConfig
+from adapters.sourceconfig import SourcesConfig
 from adapters.wrappers import WrappedReader
 from opsagent.cli.sources import register
 from opsagent.doctor import check, diagnose

@@ -10,9 +10,9 @@ import httpx
 import pytest
 import respx
 
+from adapters.elasticsearch.config import ElasticsearchConfig, LogFields
 from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from adapters.replay import ReplayLogs
-from adapters.sourceconfig import ElasticsearchConfig, LogFields
 from opsagent.doctor import check
 from opsagent.errors import (
     AnswerTooLarge,

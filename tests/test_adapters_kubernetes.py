@@ -523,7 +523,7 @@ def test_signs_of_image_pulls_scheduling_and_probes_and_the_new_events_api(recor
 
 
 def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kubeconfig: Path) -> None:
-    from adapters.sourceconfig import KubernetesConfig
+    from adapters.kubernetes.config import KubernetesConfig
     from opsagent.doctor import check
 
     recording, _ = recorded
@@ -537,7 +537,7 @@ def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kube
 
 
 def test_doctor_names_the_kinds_the_credentials_may_list_and_those_it_may_not(recorded: Any, kubeconfig: Path) -> None:
-    from adapters.sourceconfig import KubernetesConfig
+    from adapters.kubernetes.config import KubernetesConfig
     from opsagent.doctor import check
 
     recording, _ = recorded

@@ -12,9 +12,10 @@ import pytest
 import respx
 
 from adapters.config import open_live_sources, reader_for
+from adapters.loki.config import LokiConfig, LokiLabels
 from adapters.loki.reader import LokiReader
 from adapters.replay import ReplayLogs
-from adapters.sourceconfig import LokiConfig, LokiLabels, SourcesConfig
+from adapters.sourceconfig import SourcesConfig
 from opsagent.doctor import check
 from opsagent.errors import AnswerTooLarge, MalformedResponse, QueryRejected, SourceAuthFailed, SourceTimeout
 from opsagent.fixtures import LogRecord, Recording, load

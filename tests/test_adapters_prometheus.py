@@ -18,10 +18,12 @@ import pytest
 import requests
 import yaml
 
+from adapters.changes_git.config import GitConfig, PathRule
 from adapters.config import live_catalog
+from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.reader import PrometheusReader, prometheus_client, sampled, step_for
 from adapters.replay import replay_sources
-from adapters.sourceconfig import GitConfig, PathRule, PrometheusConfig, SourcesConfig
+from adapters.sourceconfig import SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.doctor import check
 from opsagent.errors import AnswerTooLarge, QueryRejected, SourceAuthFailed, SourceUnavailable

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from adapters.boundary import MALFORMED, ErrorTable, translate
-from adapters.sourceconfig import CONFIG_FILES, ChangeKind, PathRule
+from adapters.changes_git.config import CONFIG_FILES, ChangeKind, PathRule
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import Change
 

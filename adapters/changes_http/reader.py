@@ -16,7 +16,7 @@ import httpx
 from pydantic import ValidationError
 
 from adapters.boundary import HTTPX_ERRORS, http_error, translate
-from adapters.sourceconfig import FeedFields, FeedQuery, TimeFormat
+from adapters.changes_http.config import FeedFields, FeedQuery, TimeFormat
 from opsagent.errors import MalformedResponse
 from opsagent.fixtures import Change
 

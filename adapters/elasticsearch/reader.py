@@ -34,7 +34,7 @@ from elastic_transport._node import NodeApiResponse
 from elasticsearch import AsyncElasticsearch, UnsupportedProductError
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.sourceconfig import LogFields
+from adapters.elasticsearch.config import LogFields
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange

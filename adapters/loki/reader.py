@@ -26,7 +26,7 @@ import httpx
 import structlog
 
 from adapters.boundary import HTTPX_ERRORS, http_error, translate
-from adapters.sourceconfig import LokiLabels
+from adapters.loki.config import LokiLabels
 from opsagent.errors import MalformedResponse
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange

@@ -26,7 +26,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.sourceconfig import DEFAULT_SCAN_MATCH
+from adapters.prometheus.config import DEFAULT_SCAN_MATCH
 from opsagent.calls import bounded
 from opsagent.errors import AnswerTooLarge, MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
