@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from opsagent.catalog import default_catalog
 from opsagent.cli.investigate import recorded_plan
@@ -95,7 +96,12 @@ def test_the_service_and_the_cli_reach_the_same_conclusion(tmp_path: Path) -> No
     reading = FixtureProvider(copy.parent).reading(service_plan.reading.alert)
     assert reading is not None
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    service = asyncio.run(investigate(service_plan, now=now))
+    with capture_logs() as logs:
+        service = asyncio.run(investigate(service_plan, now=now))
+    started = [e for e in logs if e["event"] == "investigation.start"]
+    assert [(e["incident_id"], e["reading"], e["strategy"], e["reasoner"]) for e in started] == [
+        ("inc-1", f"fixture:{copy.name}", "hybrid", "playbook")
+    ]
     cli = asyncio.run(investigate(recorded_plan(Planner.from_settings(config), copy), now=now))
     assert service.root_cause == cli.root_cause and service.status == cli.status
     assert [(s.component, s.kind, s.status) for s in service.suspects] == [
