@@ -322,7 +322,7 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
         else:
             root = state.recording(incidents)
         try:
-            board = await replay(root, strategy_name=strategy, playbooks=load_default_playbooks(config.playbooks_dir))
+            board = await replay(root, planner=Planner.from_settings(config, strategy=strategy))
         except UserError as exc:
             raise ToolError(str(exc)) from exc
         return ReplayResult(

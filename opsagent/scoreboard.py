@@ -184,12 +184,16 @@ async def replay(
     on_report: Callable[[str, Report, IncidentScore], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     dirs: Sequence[Path] | None = None,
+    planner: Planner | None = None,
 ) -> Scoreboard:
     """Replay recorded incidents; with ``learn``, write what each teaches (checked against its truth)
-    into ``memory`` before the next one; with ``use_lessons``, investigations retrieve from it."""
-    books = list(playbooks) if playbooks is not None else load_default_playbooks()
-    first_checks = PlaybookReasoner(books).first_checks()
-    planner = Planner(playbooks=tuple(books), strategy=strategy_name, budget=budget or Budget())
+    into ``memory`` before the next one; with ``use_lessons``, investigations retrieve from it.
+    ``planner``: the choices to investigate with (the settings', as ``opsagent replay`` passes
+    them); without one, ``playbooks`` (by default the shipped ones), ``strategy_name`` and ``budget``."""
+    if planner is None:
+        books = list(playbooks) if playbooks is not None else load_default_playbooks()
+        planner = Planner(playbooks=tuple(books), strategy=strategy_name, budget=budget or Budget())
+    first_checks = PlaybookReasoner(planner.playbooks).first_checks()
     scores = []
     for directory in dirs if dirs is not None else fixture_dirs(root):
         lessons = memory.lessons() if memory is not None and use_lessons else []
@@ -205,7 +209,7 @@ async def replay(
             learn_from(memory, report, truth, result, first_checks=first_checks if learn else None)
         if on_report is not None:
             on_report(directory.name, report, result)
-    return Scoreboard(strategy=strategy_name, scores=scores)
+    return Scoreboard(strategy=planner.strategy, scores=scores)
 
 
 def learn_from(
