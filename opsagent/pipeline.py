@@ -164,7 +164,7 @@ async def investigate(
             service=incident.service,
             reading=reading.name,
             sources=sorted(k.value for k in sources.kinds()),
-            reasoner=plan.summary().reasoner,
+            reasoner=reasoner.name,
             lessons=len(lessons),
         )
         if isinstance(reasoner, PerInvestigation):

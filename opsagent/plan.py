@@ -101,7 +101,7 @@ def replay_reading(recording: Recording, *, use_signals: bool = True) -> Reading
 
 
 class PlanSummary(BaseModel):
-    """A plan as values, to compare two plans and to log one (``investigation.plan``)."""
+    """A plan as values, to compare two plans (the service's and the CLI's for the same recording)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -146,7 +146,7 @@ class InvestigationPlan:
             sources=sorted(f"{k.value}:{getattr(sources, k.value).name}" for k in sources.kinds()),
             signals={name: spec.model_dump_json() for name, spec in sorted(self.reading.catalog.signals.items())},
             topology=sorted((e.caller, e.callee) for e in self.reading.topology),
-            reasoner=getattr(self.reasoner, "name", type(self.reasoner).__name__),
+            reasoner=self.reasoner.name,
             playbooks=sorted(p.id for p in self.playbooks),
             strategy=self.strategy,
             budget={k: float(v) for k, v in vars(self.budget).items()},
