@@ -26,7 +26,6 @@ from adapters.jaeger.config import JaegerConfig
 from adapters.jaeger.reader import JaegerReader
 from adapters.kubernetes.config import KubernetesConfig
 from adapters.kubernetes.reader import KubernetesReader, open_api
-from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
 from adapters.loki.config import LokiConfig
 from adapters.loki.reader import LokiReader
 from adapters.prometheus.config import PrometheusConfig
@@ -42,6 +41,7 @@ from opsagent.models import Alert
 from opsagent.plan import Reading, SeriesReader
 from opsagent.sizecap import size_cap
 from opsagent.sources import Sources
+from opsagent.sources.kubernetes import KubernetesState, RolloutChanges, live_last_words
 from opsagent.sources.live import (
     ChangesFanOut,
     KubernetesFanOut,

@@ -12,7 +12,6 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Literal
 
-from adapters.kubesource import replay_kubernetes
 from opsagent.analysis.changes import change_records
 from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
@@ -48,6 +47,7 @@ from opsagent.models import (
 )
 from opsagent.selector import Matcher, Selector, SelectorError, parse
 from opsagent.sources import Sources
+from opsagent.sources.kubernetes import replay_kubernetes
 from opsagent.stats import Sample
 
 

@@ -11,7 +11,7 @@ proves it for every verb).
 
 * :class:`KubernetesReader` lists objects of one kind (a :class:`opsagent.sources.readers.KubernetesReader`);
   :class:`adapters.kubesource.RecordedObjects` serves a recorded incident's objects the same way.
-* The Kubernetes source over either, and rollout history as changes, are :mod:`adapters.kubesource`'s.
+* The Kubernetes source over either, and rollout history as changes, are :mod:`opsagent.sources.kubernetes`'s.
 
 Env values in pod specs are replaced by a digest at the boundary (a change still shows, a secret
 set as a plain env value never does), and ``managedFields`` and the last-applied annotation (a copy
