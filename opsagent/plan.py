@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from adapters.replay import replay_sources
 from opsagent import ranking
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.correlation import storm_of
@@ -36,6 +35,7 @@ from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import Playbook, load_playbooks
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.sources import Sources
+from opsagent.sources.replay import replay_sources
 from opsagent.stats import Sample
 from opsagent.strategies import strategy as strategy_named
 

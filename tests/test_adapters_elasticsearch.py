@@ -12,7 +12,6 @@ import respx
 
 from adapters.elasticsearch.config import ElasticsearchConfig, LogFields
 from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
-from adapters.replay import ReplayLogs
 from opsagent.doctor import check
 from opsagent.errors import (
     AnswerTooLarge,
@@ -27,6 +26,7 @@ from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
 from opsagent.models import Incident, LogsData
 from opsagent.sources.live import LiveLogs
+from opsagent.sources.replay import ReplayLogs
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_elasticsearch import FakeElasticsearch, documents
 

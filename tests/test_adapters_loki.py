@@ -14,7 +14,6 @@ import respx
 from adapters.config import open_live_sources, reader_for
 from adapters.loki.config import LokiConfig, LokiLabels
 from adapters.loki.reader import LokiReader
-from adapters.replay import ReplayLogs
 from adapters.sourceconfig import SourcesConfig
 from opsagent.doctor import check
 from opsagent.errors import AnswerTooLarge, MalformedResponse, QueryRejected, SourceAuthFailed, SourceTimeout
@@ -24,6 +23,7 @@ from opsagent.logsummary import SimpleSummariser
 from opsagent.models import Incident, LogsData
 from opsagent.sources.live import LiveLogs
 from opsagent.sources.queries import LogQuery
+from opsagent.sources.replay import ReplayLogs
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_loki import FakeLoki
 

@@ -22,7 +22,6 @@ from adapters.changes_git.config import GitConfig, PathRule
 from adapters.config import live_catalog
 from adapters.prometheus.config import PrometheusConfig
 from adapters.prometheus.reader import PrometheusReader, prometheus_client, sampled, step_for
-from adapters.replay import replay_sources
 from adapters.sourceconfig import SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.doctor import check
@@ -36,6 +35,7 @@ from opsagent.plan import Planner, Reading, load_default_playbooks
 from opsagent.record import record_incident
 from opsagent.sources import Sources
 from opsagent.sources.live import LiveMetrics
+from opsagent.sources.replay import replay_sources
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.prometheus_server import BASIC_PASSWORD, BASIC_USER, available, free_port, prometheus

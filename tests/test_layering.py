@@ -1,6 +1,7 @@
 """Adapters fetch, the engine computes: the engine reaches data sources through the protocols of
 ``opsagent.sources`` alone, and never imports an adapter. Only the application layer (the CLI, the
-service, the MCP server, the wiring of an investigation, settings, doctor and record) builds adapters."""
+service, the MCP server, settings, doctor and record) builds adapters: an investigation's plan and its
+run (``opsagent.plan``, ``opsagent.pipeline``) read through the sources alone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 #: Modules that wire adapters to the engine; everything else in opsagent/ is the engine.
-APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "plan", "service", "mcpserver"}
+APPLICATION = {"cli", "doctor", "record", "settings", "service", "mcpserver"}
 
 
 def _imports(path: Path) -> set[str]:

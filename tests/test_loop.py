@@ -4,7 +4,6 @@ import asyncio
 import json
 from typing import Any
 
-from adapters.replay import replay_sources
 from opsagent.catalog import default_catalog
 from opsagent.fixtures import load
 from opsagent.loop import Budget, Meter, WorkClock, verify
@@ -13,6 +12,7 @@ from opsagent.pipeline import investigate, investigate_fixture
 from opsagent.plan import Planner, Reading
 from opsagent.reasoner import Decision, ScriptedReasoner
 from opsagent.sources import Sources
+from opsagent.sources.replay import replay_sources
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.fakes import DeadLogs, FakeMetrics, HangingTraces, alert, incident, stats

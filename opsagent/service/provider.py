@@ -22,7 +22,6 @@ import structlog
 import yaml
 
 from adapters.config import open_live_sources
-from adapters.replay import ReplayMetrics
 from adapters.sourceconfig import SourcesConfig
 from opsagent.analysis.series import as_rate
 from opsagent.fixtures import Edge, MetricSeries, Recording, SignalDef, load, unix
@@ -31,6 +30,7 @@ from opsagent.models import Alert
 from opsagent.plan import Reading, replay_reading
 from opsagent.settings import Settings
 from opsagent.sources.live import LiveMetrics
+from opsagent.sources.replay import ReplayMetrics
 from opsagent.stats import Sample, combine
 
 log = structlog.get_logger("opsagent.service.provider")
