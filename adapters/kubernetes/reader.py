@@ -10,7 +10,7 @@ attach, port-forward, proxy, log or secret read can be sent (``tests/test_adapte
 proves it for every verb).
 
 * :class:`KubernetesReader` lists objects of one kind (a :class:`opsagent.sources.readers.KubernetesReader`);
-  :class:`adapters.kubesource.RecordedObjects` serves a recorded incident's objects the same way.
+  :class:`opsagent.sources.kubernetes.RecordedObjects` serves a recorded incident's objects the same way.
 * The Kubernetes source over either, and rollout history as changes, are :mod:`opsagent.sources.kubernetes`'s.
 
 Env values in pod specs are replaced by a digest at the boundary (a change still shows, a secret

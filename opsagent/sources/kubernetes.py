@@ -1,5 +1,5 @@
-"""The Kubernetes source over any reader of objects: a live cluster (:mod:`adapters.kubernetes.reader`) or a
-recorded incident's ``kubernetes.jsonl``; and rollout history as a changes reader over the same read.
+"""The Kubernetes source over any reader of objects: a live cluster (:mod:`adapters.kubernetes.reader`)
+or a recorded incident's ``kubernetes.jsonl``; and rollout history as a changes reader over the same read.
 
 One read of the cluster serves an investigation (its objects are a snapshot of now; reading them
 again per question would let answers disagree); what is computed from it is :mod:`opsagent.kubestate`'s.

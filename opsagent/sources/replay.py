@@ -1,6 +1,6 @@
 """Replay sources: answer every data-source question from a recorded incident's raw telemetry.
 
-The same protocols as the live adapters, computed from the fixture rather than queried, so any
+The same protocols as the live sources, computed from the fixture rather than queried, so any
 strategy can ask any question of a recording. Read-only; indexes are built once per recording.
 The computations are the engine's (:mod:`opsagent.analysis`), shared with the live sources
 (:mod:`opsagent.sources.live`), so an investigation sees the same observations live and in replay.
