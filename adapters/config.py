@@ -15,13 +15,34 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httpx
 import structlog
 
-from adapters.changes_git import GitChangesReader, git_cli
-from adapters.changes_http import HttpChangesReader
-from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
-from adapters.jaeger import JaegerReader
-from adapters.kubernetes import KubernetesReader, open_api
-from adapters.kubesource import KubernetesState, RolloutChanges, live_last_words
-from adapters.live import (
+from adapters.baseconfig import HttpSourceConfig
+from adapters.changes_git.config import GitConfig
+from adapters.changes_git.reader import GitChangesReader, git_cli
+from adapters.changes_http.config import ChangeFeedConfig
+from adapters.changes_http.reader import HttpChangesReader
+from adapters.elasticsearch.config import ElasticsearchConfig
+from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
+from adapters.jaeger.config import JaegerConfig
+from adapters.jaeger.reader import JaegerReader
+from adapters.kubernetes.config import KubernetesConfig
+from adapters.kubernetes.reader import KubernetesReader, open_api
+from adapters.loki.config import LokiConfig
+from adapters.loki.reader import LokiReader
+from adapters.prometheus.config import PrometheusConfig
+from adapters.prometheus.reader import PrometheusReader, prometheus_client
+from adapters.sourceconfig import AnySourceConfig, SourcesConfig
+from adapters.tempo.reader import TempoReader
+from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
+from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
+from opsagent.errors import SourceUnavailable
+from opsagent.fixtures import Change, Edge, KubeObject, MetricSeries, SignalDef, Span
+from opsagent.logsummary import Summariser
+from opsagent.models import Alert
+from opsagent.plan import Reading, SeriesReader
+from opsagent.sizecap import size_cap
+from opsagent.sources import Sources
+from opsagent.sources.kubernetes import KubernetesState, RolloutChanges, live_last_words
+from opsagent.sources.live import (
     ChangesFanOut,
     KubernetesFanOut,
     LiveChanges,
@@ -32,31 +53,9 @@ from adapters.live import (
     MetricsFanOut,
     TracesFanOut,
 )
-from adapters.loki import LokiReader
-from adapters.prometheus import PrometheusReader, prometheus_client
-from adapters.protocols import ChangesReader, LogsReader, MetricsReader, TracesReader
-from adapters.protocols import KubernetesReader as KubeReader
-from adapters.readers import LogBatch
-from adapters.sourceconfig import (
-    AnySourceConfig,
-    ChangeFeedConfig,
-    ElasticsearchConfig,
-    GitConfig,
-    HttpSourceConfig,
-    JaegerConfig,
-    KubernetesConfig,
-    LokiConfig,
-    PrometheusConfig,
-    SourcesConfig,
-)
-from adapters.tempo import TempoReader
-from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
-from opsagent.catalog import SignalCatalog, default_catalog, packaged_signals
-from opsagent.errors import SourceUnavailable
-from opsagent.fixtures import Change, Edge, KubeObject, MetricSeries, SignalDef, Span
-from opsagent.logsummary import Summariser
-from opsagent.sizecap import size_cap
-from opsagent.sources import Sources
+from opsagent.sources.queries import LogBatch
+from opsagent.sources.readers import ChangesReader, LogsReader, MetricsReader, TracesReader
+from opsagent.sources.readers import KubernetesReader as KubeReader
 
 if TYPE_CHECKING:
     from opsagent.settings import Settings
@@ -207,6 +206,12 @@ class LiveSources:
     sources: Sources
     catalog: SignalCatalog
     readers: list[Any] = field(default_factory=list)
+
+    def reading(self, alert: Alert, *, series: SeriesReader | None = None) -> Reading:
+        """What an investigation of ``alert`` reads here; the reading's ``close`` closes the clients."""
+        return Reading(
+            name="live", alert=alert, sources=self.sources, catalog=self.catalog, series=series, close=self.aclose
+        )
 
     async def aclose(self) -> None:
         for reader in self.readers:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from adapters.readers import EXPRESSION_NAME, LogBatch, LogQuery
 from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, LogRecord, MetricSeries, Span
+from opsagent.sources.queries import EXPRESSION_NAME, LogBatch, LogQuery
 
 #: The label a recorded expression result carries its query under.
 QUERY_LABEL = "__query__"

@@ -58,7 +58,8 @@ from opsagent.lessons import InMemoryLessons, concrete, finalised, retrieve  # n
 from opsagent.logconfig import configure  # noqa: E402
 from opsagent.loop import Event, Recalled, Triaged  # noqa: E402
 from opsagent.models import Action, Citation, Lesson, LessonTrigger, Report  # noqa: E402
-from opsagent.pipeline import investigate_fixture, investigate_recording, load_default_playbooks  # noqa: E402
+from opsagent.pipeline import investigate_fixture, investigate_recording  # noqa: E402
+from opsagent.plan import load_default_playbooks  # noqa: E402
 from opsagent.playbooks import Playbook  # noqa: E402
 from opsagent.reasoner import PlaybookReasoner  # noqa: E402
 from opsagent.scoreboard import IncidentScore, Scoreboard, fixture_dirs, learn_from, replay, score  # noqa: E402

@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from opsagent.llm import ChatClient, FunctionModel, LLMReasoner, follow_hints  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
 from opsagent.loop import Budget  # noqa: E402
-from opsagent.pipeline import investigate_fixture, load_default_playbooks  # noqa: E402
+from opsagent.pipeline import investigate_fixture  # noqa: E402
+from opsagent.plan import load_default_playbooks  # noqa: E402
 from opsagent.scoreboard import IncidentScore, fixture_dirs, score  # noqa: E402
 from opsagent.settings import LLMSettings  # noqa: E402
 

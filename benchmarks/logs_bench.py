@@ -306,16 +306,15 @@ _ERRORS = {"error", "fatal"}
 
 
 async def _incident(directory: Path) -> tuple[Any, Any, Any]:
-    from adapters.replay import replay_sources
-    from opsagent.catalog import default_catalog
     from opsagent.fixtures import load
     from opsagent.incident import open_incident
     from opsagent.pipeline import refine_onset
+    from opsagent.plan import replay_reading
 
     recording, truth = load(directory)
-    catalog = default_catalog().merged(recording.signals)
+    reading = replay_reading(recording)  # the catalog every replay reads with, discovery included
     provisional = open_incident(recording.alert, window=recording.window, baseline=recording.baseline)
-    onset = await refine_onset(recording.alert, replay_sources(recording, catalog), catalog, provisional)
+    onset = await refine_onset(recording.alert, reading.sources, reading.catalog, provisional)
     incident = open_incident(recording.alert, onset=onset, window=provisional.window, baseline=recording.baseline)
     return recording, truth, incident
 

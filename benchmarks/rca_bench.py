@@ -56,7 +56,8 @@ from opsagent.llm import ChatClient, FunctionModel, LLMReasoner, follow_hints  #
 from opsagent.logconfig import configure  # noqa: E402
 from opsagent.loop import Budget  # noqa: E402
 from opsagent.models import Report  # noqa: E402
-from opsagent.pipeline import investigate_recording, load_default_playbooks  # noqa: E402
+from opsagent.pipeline import investigate_recording  # noqa: E402
+from opsagent.plan import load_default_playbooks  # noqa: E402
 from opsagent.playbooks import Playbook  # noqa: E402
 from opsagent.reasoner import Reasoner  # noqa: E402
 from opsagent.scoreboard import IncidentScore, score  # noqa: E402

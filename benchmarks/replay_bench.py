@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from opsagent.fixtures import tag_filter  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
-from opsagent.pipeline import load_default_playbooks  # noqa: E402
+from opsagent.plan import load_default_playbooks  # noqa: E402
 from opsagent.scoreboard import replay, tagged_dirs  # noqa: E402
 from opsagent.strategies import STRATEGIES  # noqa: E402
 

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from opsagent import tracing  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
-from opsagent.pipeline import load_default_playbooks  # noqa: E402
+from opsagent.plan import load_default_playbooks  # noqa: E402
 from opsagent.scoreboard import replay  # noqa: E402
 
 

@@ -23,20 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from adapters.baseconfig import HttpSourceConfig, secret_env
+from adapters.changes_git.config import GitConfig
 from adapters.config import close_reader, live_catalog, reader_for
-from adapters.kubesource import READ
-from adapters.sourceconfig import (
-    AnySourceConfig,
-    ElasticsearchConfig,
-    GitConfig,
-    HttpSourceConfig,
-    KubernetesConfig,
-    LokiConfig,
-    PrometheusConfig,
-    SourcesConfig,
-    TempoConfig,
-    secret_env,
-)
+from adapters.elasticsearch.config import ElasticsearchConfig
+from adapters.kubernetes.config import KubernetesConfig
+from adapters.loki.config import LokiConfig
+from adapters.prometheus.config import PrometheusConfig
+from adapters.sourceconfig import AnySourceConfig, SourcesConfig
+from adapters.tempo.config import TempoConfig
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import (
     AnswerTooLarge,
@@ -48,6 +43,7 @@ from opsagent.errors import (
 )
 from opsagent.incident import DEFAULT_AFTER, DEFAULT_BEFORE
 from opsagent.models import TimeRange
+from opsagent.sources.kubernetes import READ
 
 #: The signals an alert is about (latency, errors, traffic): each must resolve for some service.
 CORE_SIGNALS: tuple[str, ...] = ("latency_p99", "error_ratio", "request_rate")

@@ -2,7 +2,7 @@
 the rollout history of its Deployments and Argo Rollouts as changes, and the rules that decide
 what of it is evidence.
 
-The live reader (:mod:`adapters.kubernetes`) and a recorded incident hand over the same raw API
+The live reader (:mod:`adapters.kubernetes.reader`) and a recorded incident hand over the same raw API
 objects (:class:`opsagent.fixtures.KubeObject`); everything computed from them is here, so a replay
 and a live read of the same cluster say the same thing. The rules at the end (:func:`ended`,
 :func:`waiting`, :func:`events_about`, …) are the single definition of each Kubernetes sign: the

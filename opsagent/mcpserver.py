@@ -34,11 +34,13 @@ from pydantic import BaseModel, Field, ValidationError
 from adapters.config import sources_from_settings
 from opsagent.errors import UserError
 from opsagent.feedback import FeedbackOutcome, apply_feedback, keep_investigation
+from opsagent.fixtures import load
 from opsagent.lessons import root_cause_parts
 from opsagent.loop import Event
 from opsagent.models import Alert, Lesson, Report
 from opsagent.packaged import demo_incident
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate
+from opsagent.plan import Planner, load_default_playbooks, replay_reading
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.report import to_json, to_markdown
 from opsagent.scoreboard import IncidentScore, replay
@@ -258,7 +260,7 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
         if len(chosen) != 1:
             raise ToolError("give one trigger: incident, alert, or service with symptom (and since or at)")
         check_strategy(strategy)
-        books = load_default_playbooks(config.playbooks_dir)
+        planner = Planner.from_settings(config, strategy=strategy)
         lessons = await state.stored(lambda memory: memory.lessons())
         progress = Progress(ctx)
         work: Awaitable[Report]
@@ -266,15 +268,8 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
             path = state.recording(incident)
 
             async def replayed() -> Report:
-                report, _ = await investigate_fixture(
-                    path,
-                    playbooks=books,
-                    strategy_name=strategy,
-                    lessons=lessons,
-                    listener=progress,
-                    now=datetime.now(UTC),
-                )
-                return report
+                plan = planner.plan(replay_reading(load(path)[0]), lessons=lessons)
+                return await investigate(plan, listener=progress, now=datetime.now(UTC))
 
             work = replayed()
         else:
@@ -282,18 +277,8 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
 
             async def live() -> Report:
                 async with sources_from_settings(config) as configured:
-                    return await investigate(
-                        asked,
-                        sources=configured.sources,
-                        catalog=configured.catalog,
-                        reasoner=PlaybookReasoner(books),
-                        strategy_name=strategy,
-                        listener=progress,
-                        lessons=lessons,
-                        lessons_top_k=config.lessons_top_k,
-                        lessons_cap=config.lessons_recent,
-                        links=config.link_settings(),
-                    )
+                    plan = planner.plan(configured.reading(asked), lessons=lessons)
+                    return await investigate(plan, listener=progress)
 
             work = live()
         task = state.start(work)
@@ -337,7 +322,7 @@ def build_server(config: Settings, *, incidents_dir: Path | None = None) -> MCPS
         else:
             root = state.recording(incidents)
         try:
-            board = await replay(root, strategy_name=strategy, playbooks=load_default_playbooks(config.playbooks_dir))
+            board = await replay(root, planner=Planner.from_settings(config, strategy=strategy))
         except UserError as exc:
             raise ToolError(str(exc)) from exc
         return ReplayResult(

@@ -1,6 +1,7 @@
 """One investigation, end to end: alert -> incident -> strategy -> judge -> conclusion -> report.
 
-This module wires the parts and writes the conclusion; it owns no analysis of its own. Truth never
+This module runs an investigation's plan (built by :mod:`opsagent.plan`, the one place its parts are
+wired) and writes the conclusion; it owns no analysis of its own. Truth never
 passes through here: replay scoring reads it beside the report, after the fact.
 """
 
@@ -15,17 +16,15 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
-from adapters.replay import replay_sources
 from opsagent import ranking
 from opsagent.analysis.changes import changes_in_flight
-from opsagent.catalog import SignalCatalog, default_catalog
-from opsagent.correlation import explain, storm_of
-from opsagent.discovery import discover, metric_names
+from opsagent.catalog import SignalCatalog
+from opsagent.correlation import explain
 from opsagent.environment import EnvironmentMemory, situation_of
-from opsagent.fixtures import Edge, Recording, Truth, load
+from opsagent.fixtures import Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import Retrieved, retrieve
-from opsagent.links import LinkSettings, links_for
+from opsagent.links import links_for
 from opsagent.loop import Budget, Clock, Listener, Meter, Recalled, Triaged, WorkClock
 from opsagent.models import (
     CHANGE_KINDS,
@@ -37,7 +36,6 @@ from opsagent.models import (
     Evidence,
     HypothesisResult,
     Incident,
-    JoinedAlert,
     Lesson,
     LessonUse,
     MetricsData,
@@ -49,9 +47,9 @@ from opsagent.models import (
     TimelineEvent,
 )
 from opsagent.observations import fmt, times
-from opsagent.packaged import playbooks_dir
-from opsagent.playbooks import Playbook, load_playbooks
-from opsagent.reasoner import PlaybookReasoner, Reasoner
+from opsagent.plan import InvestigationPlan, Planner, load_default_playbooks, replay_reading
+from opsagent.playbooks import Playbook
+from opsagent.reasoner import Reasoner
 from opsagent.redaction import OBSERVATIONS_DONE, scrub_model
 from opsagent.search import SearchRecorder, fan_out
 from opsagent.sources import Sources
@@ -61,9 +59,6 @@ from opsagent.tracing import span
 from opsagent.triage import Triage
 
 log = structlog.get_logger("opsagent.pipeline")
-
-#: The shipped playbooks: inside the installed package, or the checkout's playbooks/ from source.
-DEFAULT_PLAYBOOKS = playbooks_dir()
 
 SYMPTOM_SIGNAL = {
     Symptom.latency: "latency_p99",
@@ -112,31 +107,26 @@ class PerInvestigation(Protocol):
 
 
 async def investigate(
-    alert: Alert,
+    plan: InvestigationPlan,
     *,
-    sources: Sources,
-    catalog: SignalCatalog,
-    reasoner: Reasoner,
-    strategy_name: str = "hybrid",
-    budget: Budget | None = None,
-    topology: list[Edge] | None = None,
     listener: Listener | None = None,
-    lessons: Sequence[Lesson] = (),
-    lessons_top_k: int = 3,
-    lessons_cap: int = 5,
     clock: Clock = time.perf_counter,
     now: datetime | None = None,
-    incident_id: str | None = None,
-    recording: Recording | None = None,
-    links: LinkSettings | None = None,
-    work: WorkClock | None = None,
-    joined: Sequence[JoinedAlert] = (),
 ) -> Report:
-    """One investigation. ``work``: count the budget's seconds in work done, not on ``clock``
-    (replays pass one, so their reports do not depend on how busy the machine is). ``joined``: the
-    other alerts of an alert storm :mod:`opsagent.correlation` joined to ``alert``; the objective
-    names all their services and the report says which cause explains each."""
-    budget = budget or Budget()
+    """One investigation, as ``plan`` (:mod:`opsagent.plan`) says. ``listener`` hears its events (a
+    live view); ``clock`` times it; ``now`` stamps the lessons it writes (by default a replay's
+    window end, so replays are byte-identical, and the time of day live). A reading that counts
+    work (a replay) counts the budget's seconds in work done, not on ``clock``, so its report does
+    not depend on how busy the machine is. A plan's ``joined`` alerts (a storm
+    :mod:`opsagent.correlation` joined to its alert) are named in the objective, and the report says
+    which cause explains each."""
+    reading = plan.reading
+    alert, sources, catalog, recording = reading.alert, reading.sources, reading.catalog, reading.recording
+    topology, reasoner, budget, joined = reading.topology, plan.reasoner, plan.budget, plan.joined
+    strategy_name, lessons = plan.strategy, plan.lessons
+    if now is None:
+        now = recording.window.end if recording is not None else None
+    work = WorkClock() if reading.counts_work else None
     # one trace per investigation: its triage, hypotheses, tool calls and verdicts are spans under it
     with span("opsagent.investigation", strategy=strategy_name, alertname=alert.labels.get("alertname")) as root:
         chosen = strategy(strategy_name)
@@ -146,7 +136,7 @@ async def investigate(
             alert,
             window=recording.window if recording else None,
             baseline=recording.baseline if recording else None,
-            id=incident_id,
+            id=plan.incident_id,
             joined=joined,
         )
         onset = await refine_onset(alert, sources, catalog, provisional, meter=meter)
@@ -167,14 +157,23 @@ async def investigate(
             work=meter.work,
             environment=EnvironmentMemory.of(lessons, incident) if lessons else None,
         )
-        log.info("investigation.start", incident_id=incident.id, strategy=chosen.name, service=incident.service)
+        log.info(
+            "investigation.start",
+            incident_id=incident.id,
+            strategy=chosen.name,
+            service=incident.service,
+            reading=reading.name,
+            sources=sorted(k.value for k in sources.kinds()),
+            reasoner=reasoner.name,
+            lessons=len(lessons),
+        )
         if isinstance(reasoner, PerInvestigation):
             reasoner = reasoner.bind(meter, toolbox.observations)
 
         def recall(found: Triage) -> list[Retrieved]:
             # A strategy recalls lessons once its triage is done: the views hear of both here.
             meter.notify(Triaged.of(found))
-            retrieved = retrieve(lessons, incident, found, top_k=lessons_top_k, cap=lessons_cap)
+            retrieved = retrieve(lessons, incident, found, top_k=plan.lessons_top_k, cap=plan.lessons_cap)
             meter.notify(Recalled.of(retrieved))
             return retrieved
 
@@ -190,7 +189,7 @@ async def investigate(
         report = conclude(incident, outcome, toolbox, meter, strategy_name=chosen.label, lessons=written)
         report = report.model_copy(update={"search": search.tree()})
         report = report.model_copy(update={"alerts": explain(report, outcome.triage.graph or topology or [])})
-        report = report.model_copy(update={"links": links_for(report, alert, links)})
+        report = report.model_copy(update={"links": links_for(report, alert, plan.links)})
         if isinstance(reasoner, PerInvestigation):
             report = report.model_copy(update={"llm": reasoner.transcript()})
         # the alert's own text too: no report carries a secret (observations were redacted as they were made)
@@ -530,10 +529,6 @@ def next_steps(
     return out
 
 
-def load_default_playbooks(directory: Path | None = None) -> list[Playbook]:
-    return load_playbooks(directory or DEFAULT_PLAYBOOKS)
-
-
 async def investigate_fixture(
     path: Path,
     *,
@@ -546,7 +541,8 @@ async def investigate_fixture(
     listener: Listener | None = None,
     now: datetime | None = None,
 ) -> tuple[Report, Truth | None]:
-    """Replay a recorded incident. Truth is returned beside the report, never passed inward."""
+    """Replay a recorded incident with the shipped choices (or the ones given). Truth is returned
+    beside the report, never passed inward."""
     recording, truth = load(path)
     report = await investigate_recording(
         recording,
@@ -562,17 +558,6 @@ async def investigate_fixture(
     return report, truth
 
 
-def replay_catalog(recording: Recording, *, use_signals: bool = True) -> SignalCatalog:
-    """The signal catalog a recorded incident is investigated with: the defaults, its ``signals:``
-    block (unless ``use_signals`` is off), and the metric names discovered by convention. Built here
-    only, so the CLI, replay, the benchmarks and the service's fixture provider read a recording
-    alike."""
-    catalog = default_catalog().merged(recording.signals if use_signals else {})
-    if ranking.on("discovery"):  # metric names the catalog has never seen, mapped by convention
-        catalog = catalog.with_discovered(discover(recording.metrics), metric_names(recording.metrics))
-    return catalog
-
-
 async def investigate_recording(
     recording: Recording,
     *,
@@ -586,24 +571,13 @@ async def investigate_recording(
     now: datetime | None = None,
     use_signals: bool = True,
 ) -> Report:
-    """Investigate a loaded recording with the replay sources. ``use_signals=False`` ignores the
-    recording's ``signals:`` block, as a user who never wrote one would (signal discovery only)."""
-    catalog = replay_catalog(recording, use_signals=use_signals)
-    reasoner = reasoner or PlaybookReasoner(playbooks if playbooks is not None else load_default_playbooks())
-    return await investigate(
-        recording.alert,
-        sources=replay_sources(recording, catalog),
-        catalog=catalog,
-        reasoner=reasoner,
-        strategy_name=strategy_name,
-        budget=budget,
-        topology=recording.topology,
-        clock=clock,
-        now=now or recording.window.end,
-        incident_id=recording.slug,
-        recording=recording,
-        lessons=lessons,
-        listener=listener,
-        work=WorkClock(),
-        joined=storm_of(recording.alert, recording.alerts, recording.topology),
+    """Replay a loaded recording, planned as :class:`opsagent.plan.Planner` plans every replay, with
+    the shipped playbooks unless others are given. ``use_signals=False`` ignores the recording's
+    ``signals:`` block, as a user who never wrote one would (signal discovery only)."""
+    planner = Planner(
+        playbooks=tuple(playbooks if playbooks is not None else load_default_playbooks()),
+        strategy=strategy_name,
+        budget=budget or Budget(),
     )
+    plan = planner.plan(replay_reading(recording, use_signals=use_signals), reasoner=reasoner, lessons=lessons)
+    return await investigate(plan, listener=listener, clock=clock, now=now)

@@ -23,7 +23,6 @@ import yaml
 from pydantic import BaseModel
 
 from adapters.config import open_live_sources
-from adapters.readers import EXPRESSION_NAME
 from adapters.sourceconfig import SourcesConfig
 from adapters.wrappers import QUERY_LABEL, Recorder
 from opsagent.analysis.series import SERVICE_LABELS, is_counter
@@ -33,10 +32,11 @@ from opsagent.fixtures import Change, LogRecord, MetricSeries, SignalDef, Span, 
 from opsagent.loop import Budget
 from opsagent.models import Alert, Incident, Report
 from opsagent.pipeline import investigate
+from opsagent.plan import Planner
 from opsagent.playbooks import Playbook
-from opsagent.reasoner import PlaybookReasoner
 from opsagent.redaction import redact as redact_text
 from opsagent.redaction import redactors
+from opsagent.sources.queries import EXPRESSION_NAME
 
 #: One step of redaction: text in, text with secrets replaced out.
 Redaction = Callable[[str], str]
@@ -182,14 +182,8 @@ async def record_incident(
     recorder = Recorder()
     stamp = now or datetime.now(UTC)
     async with open_live_sources(sources_config, signals=signals, environ=env, recorder=recorder) as live:
-        report = await investigate(
-            alert,
-            sources=live.sources,
-            catalog=live.catalog,
-            reasoner=PlaybookReasoner(list(playbooks)),
-            budget=budget,
-            now=stamp,
-        )
+        plan = Planner(playbooks=tuple(playbooks), budget=budget).plan(live.reading(alert))
+        report = await investigate(plan, now=stamp)
         names = [r.name for r in live.readers]
     chain = redactors(environ=env)  # the project's one chain, with the secrets this environment holds
 

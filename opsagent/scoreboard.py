@@ -20,7 +20,7 @@ from statistics import median
 from pydantic import BaseModel
 
 from opsagent.errors import FixtureError, Problem
-from opsagent.fixtures import Truth, read_tags
+from opsagent.fixtures import Truth, load, read_tags
 from opsagent.lessons import (
     LessonMemory,
     about_environment,
@@ -31,7 +31,8 @@ from opsagent.lessons import (
 )
 from opsagent.loop import Budget
 from opsagent.models import Action, Report
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate
+from opsagent.plan import Planner, load_default_playbooks, replay_reading
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner
 
@@ -183,17 +184,21 @@ async def replay(
     on_report: Callable[[str, Report, IncidentScore], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     dirs: Sequence[Path] | None = None,
+    planner: Planner | None = None,
 ) -> Scoreboard:
     """Replay recorded incidents; with ``learn``, write what each teaches (checked against its truth)
-    into ``memory`` before the next one; with ``use_lessons``, investigations retrieve from it."""
-    books = list(playbooks) if playbooks is not None else load_default_playbooks()
-    first_checks = PlaybookReasoner(books).first_checks()
+    into ``memory`` before the next one; with ``use_lessons``, investigations retrieve from it.
+    ``planner``: the choices to investigate with (the settings', as ``opsagent replay`` passes
+    them); without one, ``playbooks`` (by default the shipped ones), ``strategy_name`` and ``budget``."""
+    if planner is None:
+        books = list(playbooks) if playbooks is not None else load_default_playbooks()
+        planner = Planner(playbooks=tuple(books), strategy=strategy_name, budget=budget or Budget())
+    first_checks = PlaybookReasoner(planner.playbooks).first_checks()
     scores = []
     for directory in dirs if dirs is not None else fixture_dirs(root):
         lessons = memory.lessons() if memory is not None and use_lessons else []
-        report, truth = await investigate_fixture(
-            directory, playbooks=books, strategy_name=strategy_name, budget=budget, clock=clock, lessons=lessons
-        )
+        recording, truth = load(directory)
+        report = await investigate(planner.plan(replay_reading(recording), lessons=lessons), clock=clock)
         if truth is None:
             raise FixtureError(
                 [Problem(str(directory / "incident.yaml"), "replay scoring needs a truth", field="truth")]
@@ -204,7 +209,7 @@ async def replay(
             learn_from(memory, report, truth, result, first_checks=first_checks if learn else None)
         if on_report is not None:
             on_report(directory.name, report, result)
-    return Scoreboard(strategy=strategy_name, scores=scores)
+    return Scoreboard(strategy=planner.strategy, scores=scores)
 
 
 def learn_from(

@@ -19,7 +19,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from adapters.sourceconfig import AlertmanagerConfig, SourcesConfig, credentials_in_url
+from adapters.alertmanager.config import AlertmanagerConfig
+from adapters.baseconfig import credentials_in_url
+from adapters.sourceconfig import SourcesConfig
 from opsagent.correlation import CorrelationSettings
 from opsagent.errors import ConfigError
 from opsagent.fixtures import SignalDef, not_utf8

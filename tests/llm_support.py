@@ -16,7 +16,8 @@ import httpx
 from opsagent.llm import ChatClient, FunctionModel, LLMReasoner
 from opsagent.loop import Budget
 from opsagent.models import Report
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.settings import LLMSettings
 from tests.conftest import ORDER_INCIDENT
 

@@ -102,9 +102,9 @@ def serving(app: FastAPI) -> Iterator[str]:
 
 
 class DyingProvider:
-    """A provider whose worker process dies as it plans (a segfault, an OOM kill)."""
+    """A provider whose worker process dies as it opens its sources (a segfault, an OOM kill)."""
 
     name = "dying"
 
-    def plan(self, alert: object) -> None:
+    def reading(self, alert: object) -> None:
         os._exit(3)

@@ -13,15 +13,16 @@ import httpx
 import pytest
 import respx
 
-from adapters.changes_git import GitChangesReader, commit_url_template, git_cli
-from adapters.changes_http import HttpChangesReader
-from adapters.live import LiveChanges
-from adapters.replay import ReplayChanges
-from adapters.sourceconfig import FeedFields, FeedQuery, PathRule
+from adapters.changes_git.config import PathRule
+from adapters.changes_git.reader import GitChangesReader, commit_url_template, git_cli
+from adapters.changes_http.config import FeedFields, FeedQuery
+from adapters.changes_http.reader import HttpChangesReader
 from opsagent.errors import MalformedResponse, SourceAuthFailed, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import load
 from opsagent.incident import open_incident
 from opsagent.models import Incident
+from opsagent.sources.live import LiveChanges
+from opsagent.sources.replay import ReplayChanges
 from tests.conftest import INCIDENTS, ORDER_INCIDENT
 from tests.fakes import incident as fake_incident
 

@@ -14,24 +14,21 @@ import respx
 import typer
 from typer.testing import CliRunner
 
+from adapters.changes_git.config import GitConfig, PathRule
 from adapters.config import open_live_sources, sources_from_settings
-from adapters.live import LiveMetrics, MetricsFanOut
-from adapters.sourceconfig import (
-    ElasticsearchConfig,
-    GitConfig,
-    JaegerConfig,
-    PathRule,
-    PrometheusConfig,
-    SourcesConfig,
-)
+from adapters.elasticsearch.config import ElasticsearchConfig
+from adapters.jaeger.config import JaegerConfig
+from adapters.prometheus.config import PrometheusConfig
+from adapters.sourceconfig import SourcesConfig
 from adapters.wrappers import WrappedReader
 from opsagent.cli.sources import register
 from opsagent.doctor import check, diagnose
 from opsagent.errors import ConfigError
 from opsagent.models import Alert
-from opsagent.pipeline import investigate, load_default_playbooks
-from opsagent.reasoner import PlaybookReasoner
+from opsagent.pipeline import investigate
+from opsagent.plan import Planner
 from opsagent.settings import load_settings
+from opsagent.sources.live import LiveMetrics, MetricsFanOut
 from tests.prometheus_server import free_port
 from tests.service_support import order_alert
 
@@ -179,12 +176,7 @@ def test_a_source_whose_client_cannot_be_built_is_named_and_the_others_are_read(
 
     async def run() -> dict[str, str]:
         async with open_live_sources(config) as live:
-            report = await investigate(
-                Alert.model_validate(alert),
-                sources=live.sources,
-                catalog=live.catalog,
-                reasoner=PlaybookReasoner(load_default_playbooks()),
-            )
+            report = await investigate(Planner.shipped().plan(live.reading(Alert.model_validate(alert))))
         assert report.status == "inconclusive"
         return report.unreadable_sources
 

@@ -10,10 +10,8 @@ import httpx
 import pytest
 import respx
 
-from adapters.elasticsearch import ElasticsearchReader, elasticsearch_client
-from adapters.live import LiveLogs
-from adapters.replay import ReplayLogs
-from adapters.sourceconfig import ElasticsearchConfig, LogFields
+from adapters.elasticsearch.config import ElasticsearchConfig, LogFields
+from adapters.elasticsearch.reader import ElasticsearchReader, elasticsearch_client
 from opsagent.doctor import check
 from opsagent.errors import (
     AnswerTooLarge,
@@ -27,6 +25,8 @@ from opsagent.fixtures import Recording, load
 from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
 from opsagent.models import Incident, LogsData
+from opsagent.sources.live import LiveLogs
+from opsagent.sources.replay import ReplayLogs
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_elasticsearch import FakeElasticsearch, documents
 

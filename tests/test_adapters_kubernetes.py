@@ -25,8 +25,7 @@ from kr8s.asyncio.objects import Pod
 
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
-from adapters.kubernetes import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
-from adapters.kubesource import READ, KubernetesState, RolloutChanges, recorded_last_words, replay_kubernetes
+from adapters.kubernetes.reader import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import AnswerTooLarge, NotReadOnly, SourceAuthFailed
 from opsagent.features import profiles_from
@@ -34,6 +33,7 @@ from opsagent.fixtures import KubeObject, LogRecord, load
 from opsagent.incident import open_incident
 from opsagent.kubestate import Cluster, pods_view, rollout_changes
 from opsagent.models import Action, ErrorData, KubernetesData, Observation, SourceKind
+from opsagent.sources.kubernetes import READ, KubernetesState, RolloutChanges, recorded_last_words, replay_kubernetes
 from opsagent.tools import Toolbox
 from tests.conftest import INCIDENTS
 from tests.fake_kubernetes import FakeCluster
@@ -523,7 +523,7 @@ def test_signs_of_image_pulls_scheduling_and_probes_and_the_new_events_api(recor
 
 
 def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kubeconfig: Path) -> None:
-    from adapters.sourceconfig import KubernetesConfig
+    from adapters.kubernetes.config import KubernetesConfig
     from opsagent.doctor import check
 
     recording, _ = recorded
@@ -537,7 +537,7 @@ def test_doctor_reads_the_clusters_version_and_sees_its_pods(recorded: Any, kube
 
 
 def test_doctor_names_the_kinds_the_credentials_may_list_and_those_it_may_not(recorded: Any, kubeconfig: Path) -> None:
-    from adapters.sourceconfig import KubernetesConfig
+    from adapters.kubernetes.config import KubernetesConfig
     from opsagent.doctor import check
 
     recording, _ = recorded
@@ -760,8 +760,8 @@ class _Logs:
         self.queries: list[Any] = []
 
     async def records(self, *, query: Any) -> Any:
-        from adapters.readers import LogBatch
         from opsagent.errors import SourceUnavailable
+        from opsagent.sources.queries import LogBatch
 
         self.queries.append(query)
         if self.fail:
@@ -775,7 +775,7 @@ def test_a_live_crash_loop_is_named_by_its_containers_last_lines_from_the_logs_s
     """Live, a crash-looping workload's last words come from the logs source (the cluster's log
     subresource stays outside the read-only guard): a name that does not resolve makes it a DNS
     fault; a logs source that fails leaves it a crash loop, and the cluster's read stands."""
-    from adapters.kubesource import live_last_words
+    from opsagent.sources.kubernetes import live_last_words
 
     recording, _ = recorded
     clusters = yaml.safe_load((Path(__file__).parent / "data" / "kube" / "clusters.yaml").read_text())

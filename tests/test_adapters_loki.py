@@ -12,17 +12,18 @@ import pytest
 import respx
 
 from adapters.config import open_live_sources, reader_for
-from adapters.live import LiveLogs
-from adapters.loki import LokiReader
-from adapters.readers import LogQuery
-from adapters.replay import ReplayLogs
-from adapters.sourceconfig import LokiConfig, LokiLabels, SourcesConfig
+from adapters.loki.config import LokiConfig, LokiLabels
+from adapters.loki.reader import LokiReader
+from adapters.sourceconfig import SourcesConfig
 from opsagent.doctor import check
 from opsagent.errors import AnswerTooLarge, MalformedResponse, QueryRejected, SourceAuthFailed, SourceTimeout
 from opsagent.fixtures import LogRecord, Recording, load
 from opsagent.incident import open_incident
 from opsagent.logsummary import SimpleSummariser
 from opsagent.models import Incident, LogsData
+from opsagent.sources.live import LiveLogs
+from opsagent.sources.queries import LogQuery
+from opsagent.sources.replay import ReplayLogs
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_loki import FakeLoki
 

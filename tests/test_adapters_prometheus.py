@@ -18,11 +18,11 @@ import pytest
 import requests
 import yaml
 
+from adapters.changes_git.config import GitConfig, PathRule
 from adapters.config import live_catalog
-from adapters.live import LiveMetrics
-from adapters.prometheus import PrometheusReader, prometheus_client, sampled, step_for
-from adapters.replay import replay_sources
-from adapters.sourceconfig import GitConfig, PathRule, PrometheusConfig, SourcesConfig
+from adapters.prometheus.config import PrometheusConfig
+from adapters.prometheus.reader import PrometheusReader, prometheus_client, sampled, step_for
+from adapters.sourceconfig import SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.doctor import check
 from opsagent.errors import AnswerTooLarge, QueryRejected, SourceAuthFailed, SourceUnavailable
@@ -30,10 +30,12 @@ from opsagent.fixtures import Recording, load, validate
 from opsagent.incident import open_incident
 from opsagent.loop import Budget
 from opsagent.models import Action, ErrorData, Incident, MetricsData
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
-from opsagent.reasoner import PlaybookReasoner
+from opsagent.pipeline import investigate, investigate_fixture
+from opsagent.plan import Planner, Reading, load_default_playbooks
 from opsagent.record import record_incident
 from opsagent.sources import Sources
+from opsagent.sources.live import LiveMetrics
+from opsagent.sources.replay import replay_sources
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.prometheus_server import BASIC_PASSWORD, BASIC_USER, available, free_port, prometheus
@@ -144,16 +146,15 @@ def test_investigation_over_live_metrics_concludes_as_replay(
 
     async def run(metrics: object) -> list[tuple[str, str]]:
         sources = Sources(metrics=metrics, logs=replayed.logs, changes=replayed.changes, traces=replayed.traces)  # type: ignore[arg-type]
-        report = await investigate(
-            recording.alert,
+        reading = Reading(
+            name="live",
+            alert=recording.alert,
             sources=sources,
             catalog=catalog,
-            reasoner=PlaybookReasoner(books),
             topology=recording.topology,
             recording=recording,
-            incident_id=recording.slug,
-            now=recording.window.end,
         )
+        report = await investigate(Planner(playbooks=tuple(books)).plan(reading), now=recording.window.end)
         return [(s.component, s.kind) for s in report.suspects[:3]]
 
     live = LiveMetrics(_reader(server), catalog=catalog)
@@ -268,12 +269,9 @@ def test_dead_server_is_unavailable_and_the_investigation_goes_on(recording: Rec
     )
     report = asyncio.run(
         investigate(
-            recording.alert,
-            sources=sources,
-            catalog=catalog,
-            reasoner=PlaybookReasoner(load_default_playbooks()),
-            recording=recording,
-            incident_id=recording.slug,
+            Planner.shipped().plan(
+                Reading(name="live", alert=recording.alert, sources=sources, catalog=catalog, recording=recording)
+            ),
             now=recording.window.end,
         )
     )

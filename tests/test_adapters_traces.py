@@ -12,14 +12,14 @@ import httpx
 import pytest
 import respx
 
-from adapters.jaeger import JaegerReader
-from adapters.live import LiveTraces
-from adapters.replay import ReplayTraces
-from adapters.tempo import TempoReader
+from adapters.jaeger.reader import JaegerReader
+from adapters.tempo.reader import TempoReader
 from opsagent.errors import MalformedResponse, QueryRejected, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import Recording, load
 from opsagent.incident import open_incident
 from opsagent.models import Incident, TracesData
+from opsagent.sources.live import LiveTraces
+from opsagent.sources.replay import ReplayTraces
 from tests.conftest import ORDER_INCIDENT
 from tests.fake_traces import FakeJaeger, FakeTempo
 

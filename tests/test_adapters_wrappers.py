@@ -15,11 +15,10 @@ import prometheus_api_client.exceptions
 import pytest
 import requests
 
-from adapters import changes_git, prometheus
-from adapters import elasticsearch as es_adapter
 from adapters.boundary import HTTPX_ERRORS, ErrorTable, error_text, mapped_by, status_error, translate
-from adapters.live import LiveMetrics, MetricsFanOut, TracesFanOut
-from adapters.readers import LogBatch
+from adapters.changes_git import reader as changes_git
+from adapters.elasticsearch import reader as es_adapter
+from adapters.prometheus import reader as prometheus
 from adapters.wrappers import RateLimiter, Recorder, rate_limited, recorded
 from opsagent.catalog import default_catalog
 from opsagent.errors import (
@@ -31,6 +30,8 @@ from opsagent.errors import (
     SourceUnavailable,
 )
 from opsagent.fixtures import Change, Edge, LogRecord, MetricSeries, Span
+from opsagent.sources.live import LiveMetrics, MetricsFanOut, TracesFanOut
+from opsagent.sources.queries import LogBatch
 from tests.fakes import incident
 
 

@@ -25,10 +25,10 @@ SLUGS = sorted(p.name for p in INCIDENTS.iterdir() if (p / "incident.yaml").exis
 def _charts(incident: Path) -> list[Chart]:
     recording, _ = load(incident)
     alert = recording.alert.model_copy(update={"labels": {**recording.alert.labels, FIXTURE_LABEL: incident.name}})
-    plan = FixtureProvider(INCIDENTS).plan(alert)
-    assert plan is not None
+    reading = FixtureProvider(INCIDENTS).reading(alert)
+    assert reading is not None
     report, _ = asyncio.run(investigate_fixture(incident))
-    return asyncio.run(collect(report, plan))
+    return asyncio.run(collect(report, reading))
 
 
 _NUMBER = r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)"

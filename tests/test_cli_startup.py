@@ -25,11 +25,11 @@ LIVE_ONLY = (
     "prometheus_api_client",
     "uvicorn",
     "fastapi",
-    "adapters.alertmanager",
+    "adapters.alertmanager.client",
     "adapters.config",
-    "adapters.live",
-    "adapters.elasticsearch",
-    "adapters.kubernetes",
+    "opsagent.sources.live",
+    "adapters.elasticsearch.reader",
+    "adapters.kubernetes.reader",
 )
 
 PROBE = """

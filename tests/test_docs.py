@@ -5,6 +5,7 @@ the picture of the modules and their imports) are what the code says today."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,45 @@ def test_the_module_picture_follows_the_imports(tmp_path: Path) -> None:
     }
     section = generate.modules_section(graph)
     assert "opsagent_service --> adapters_prometheus" in section
+
+
+#: A section of figures someone measured: a heading that says so ("Measured", "Figures", "Results").
+MEASURED = re.compile(r"^(#{2,4}) .*\b(measured|figures|results)\b", re.IGNORECASE)
+#: A commit as the pages cite one: 7 to 40 hex digits, letters and digits both (not a plain number).
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+
+
+def _stale_sections(text: str) -> list[str]:
+    """The headings of sections of measured figures that do not say which commit they were recorded at."""
+    lines = text.split("\n")
+    missing = []
+    for i, line in enumerate(lines):
+        found = MEASURED.match(line)
+        if found is None:
+            continue
+        end = next(
+            (j for j in range(i + 1, len(lines)) if re.match(rf"^#{{1,{len(found.group(1))}}} ", lines[j])),
+            len(lines),
+        )
+        if not COMMIT.search("\n".join(lines[i:end])):
+            missing.append(line)
+    return missing
+
+
+def _results_pages() -> list[Path]:
+    return [p for p in sorted((ROOT / "docs").rglob("*.md")) if "reference" not in p.relative_to(ROOT / "docs").parts]
+
+
+def test_every_section_of_measured_figures_says_the_commit_it_was_recorded_at() -> None:
+    missing = {str(p.relative_to(ROOT)): _stale_sections(p.read_text(encoding="utf-8")) for p in _results_pages()}
+    assert {page: headings for page, headings in missing.items() if headings} == {}
+    unnamed = [p.name for p in sorted((ROOT / "docs" / "benchmarks").glob("*.md")) if not COMMIT.search(p.read_text())]
+    assert unnamed == []  # a results page says the commit its figures are from
+
+
+def test_a_measured_section_without_a_commit_is_named() -> None:
+    page = (
+        "# P\n\n## Measured\n\n| what | figure |\n|---|---|\n| p99 | 40 ms (2026-12-01) |\n\n## Next\n\nat `1d0cf05`\n"
+    )
+    assert _stale_sections(page) == ["## Measured"]
+    assert _stale_sections(page.replace("(2026-12-01)", "(at `c5ad8ca`)")) == []

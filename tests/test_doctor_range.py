@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from adapters.config import live_catalog
-from adapters.sourceconfig import PrometheusConfig
+from adapters.prometheus.config import PrometheusConfig
 from opsagent.cli import app
 from opsagent.doctor import CORE_SIGNALS, check, for_any_service, investigated_range
 from opsagent.fixtures import Recording, SignalDef, load

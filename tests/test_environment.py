@@ -13,7 +13,8 @@ from opsagent.environment import EnvironmentMemory, contradictions, forgotten, t
 from opsagent.feedback import apply_feedback, keep_investigation
 from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, problems, retrieve
 from opsagent.models import Action, Incident, Lesson, Situation, Symptom
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
 from opsagent.store import Store, StoreLocation

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from opsagent.errors import FixtureError
 from opsagent.fixtures import Recording, json_schemas, load, stream, validate
 from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
 from opsagent.triage import Triage
 from tests.conftest import INCIDENTS, ORDER_INCIDENT, ROOT

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from opsagent.models import ChangesData, KubernetesData
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from tests.conftest import INCIDENTS
 
 FIXTURE = INCIDENTS / "cart-memory-limit-oomkill"

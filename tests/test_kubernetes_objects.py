@@ -11,7 +11,8 @@ from pathlib import Path
 from opsagent import ranking
 from opsagent.fixtures import Edge
 from opsagent.models import KubernetesData
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 
 FIXTURE = Path(__file__).parent / "data" / "kube" / "quota-incident"
 PLAYBOOKS = load_default_playbooks()

@@ -1,6 +1,7 @@
 """Adapters fetch, the engine computes: the engine reaches data sources through the protocols of
 ``opsagent.sources`` alone, and never imports an adapter. Only the application layer (the CLI, the
-service, the MCP server, the wiring of an investigation, settings, doctor and record) builds adapters."""
+service, the MCP server, settings, doctor and record) builds adapters: an investigation's plan and its
+run (``opsagent.plan``, ``opsagent.pipeline``) read through the sources alone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 #: Modules that wire adapters to the engine; everything else in opsagent/ is the engine.
-APPLICATION = {"cli", "doctor", "record", "settings", "pipeline", "service", "mcpserver"}
+APPLICATION = {"cli", "doctor", "record", "settings", "service", "mcpserver"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -38,5 +39,5 @@ def test_engine_modules_import_no_adapter() -> None:
 
 def test_the_layering_test_sees_an_adapter_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("from adapters.replay import replay_sources\nimport adapters.live\n")
-    assert _imports(probe) == {"adapters.replay", "adapters.live"}
+    probe.write_text("from adapters.replay import replay_sources\nimport adapters.prometheus\n")
+    assert _imports(probe) == {"adapters.replay", "adapters.prometheus"}

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from opsagent.lessons import InMemoryLessons, concrete, finalised, from_truth, problems, retrieve
 from opsagent.models import Action, Citation, Lesson, LessonTrigger, Symptom
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
 from opsagent.store import Store, StoreError, StoreLocation, schema_version

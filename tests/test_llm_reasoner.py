@@ -13,7 +13,6 @@ import pytest
 import respx
 from rich.console import Console
 
-from adapters.replay import replay_sources
 from opsagent.catalog import default_catalog
 from opsagent.fixtures import load
 from opsagent.lessons import problems
@@ -22,6 +21,7 @@ from opsagent.llm.cli import print_prompts
 from opsagent.llm.grounding import Claim, Rules
 from opsagent.loop import Budget, Meter, verify
 from opsagent.models import Hypothesis, SourceKind, StopReason
+from opsagent.sources.replay import replay_sources
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.llm_support import ENDPOINT, PLAYBOOKS, investigate, reasoner, recording

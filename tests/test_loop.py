@@ -4,14 +4,15 @@ import asyncio
 import json
 from typing import Any
 
-from adapters.replay import replay_sources
 from opsagent.catalog import default_catalog
 from opsagent.fixtures import load
 from opsagent.loop import Budget, Meter, WorkClock, verify
 from opsagent.models import Action, Hypothesis, Report, SourceKind, StopReason
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
-from opsagent.reasoner import Decision, PlaybookReasoner, ScriptedReasoner
+from opsagent.pipeline import investigate, investigate_fixture
+from opsagent.plan import Planner, Reading
+from opsagent.reasoner import Decision, ScriptedReasoner
 from opsagent.sources import Sources
+from opsagent.sources.replay import replay_sources
 from opsagent.tools import Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.fakes import DeadLogs, FakeMetrics, HangingTraces, alert, incident, stats
@@ -56,13 +57,16 @@ def test_wall_clock_cap_is_enforced_by_the_loop_in_a_live_investigation() -> Non
     catalog = default_catalog().merged(recording.signals)
     report = asyncio.run(
         investigate(  # sources investigated as live ones are: no work clock, the wall clock counts
-            recording.alert,
-            sources=replay_sources(recording, catalog),
-            catalog=catalog,
-            reasoner=PlaybookReasoner(load_default_playbooks()),
-            budget=Budget(wall_s=60),
+            Planner.shipped(budget=Budget(wall_s=60)).plan(
+                Reading(
+                    name="live",
+                    alert=recording.alert,
+                    sources=replay_sources(recording, catalog),
+                    catalog=catalog,
+                    recording=recording,
+                )
+            ),
             clock=clock,
-            recording=recording,
         )
     )
     assert report.status == "inconclusive"
@@ -215,13 +219,16 @@ def test_an_investigation_with_dead_sources_finishes_and_names_them() -> None:
     sources = Sources(metrics=sources.metrics, logs=DeadLogs(), changes=sources.changes, traces=HangingTraces())
     report = asyncio.run(
         investigate(
-            recording.alert,
-            sources=sources,
-            catalog=catalog,
-            reasoner=PlaybookReasoner(load_default_playbooks()),
-            topology=recording.topology,
-            recording=recording,
-            budget=Budget(timeout_s=0.2),
+            Planner.shipped(budget=Budget(timeout_s=0.2)).plan(
+                Reading(
+                    name="live",
+                    alert=recording.alert,
+                    sources=sources,
+                    catalog=catalog,
+                    topology=recording.topology,
+                    recording=recording,
+                )
+            )
         )
     )
     assert "logs:dead" in report.unreadable_sources and "traces:hanging" in report.unreadable_sources
@@ -231,10 +238,7 @@ def test_an_investigation_with_dead_sources_finishes_and_names_them() -> None:
 def test_an_alert_with_no_sources_at_all_still_reports() -> None:
     report = asyncio.run(
         investigate(
-            alert(),
-            sources=Sources(),
-            catalog=default_catalog(),
-            reasoner=PlaybookReasoner(load_default_playbooks()),
+            Planner.shipped().plan(Reading(name="none", alert=alert(), sources=Sources(), catalog=default_catalog()))
         )
     )
     assert report.status == "inconclusive"

@@ -296,7 +296,7 @@ def test_a_refutation_does_not_stand_against_a_mechanism_the_check_names() -> No
 
 
 def test_quiet_logs_do_not_refute_a_code_fault_whose_vanished_steps_the_incident_proved() -> None:
-    from opsagent.pipeline import load_default_playbooks
+    from opsagent.plan import load_default_playbooks
 
     book = {p.id: p for p in load_default_playbooks()}["code-exception"]
     assert "mech:vanished" in book.applies.requires_any

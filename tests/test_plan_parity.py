@@ -1,22 +1,33 @@
-"""The service and the CLI investigate a recorded incident alike: the service's fixture provider
-builds its signal catalog where the CLI, replay and the benchmarks build theirs
-(``opsagent.pipeline.replay_catalog``, signal discovery included), so the same recording gets the
-same catalog and the same answer whichever way it is investigated."""
+"""The service and the CLI plan an investigation alike: the worker plans a job with the
+:class:`~opsagent.plan.Planner` made from the service's settings, ``opsagent investigate RECORDING``
+with the one made from the same settings, and both read a recorded incident through
+:func:`~opsagent.plan.replay_reading` (its catalog with signal discovery), so the same recording gets
+the same plan and the same answer whichever way it is investigated."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from opsagent.catalog import default_catalog
+from opsagent.cli.investigate import recorded_plan
 from opsagent.fixtures import load
-from opsagent.pipeline import investigate, investigate_recording, load_default_playbooks, replay_catalog
-from opsagent.reasoner import PlaybookReasoner
-from opsagent.service.provider import FixtureProvider
+from opsagent.models import Lesson
+from opsagent.pipeline import investigate
+from opsagent.plan import Planner, replay_catalog
+from opsagent.service.provider import FIXTURE_LABEL, FixtureProvider
+from opsagent.service.worker import JobInput, Worker, worker_config
+from opsagent.settings import Settings
 from tests.conftest import INCIDENTS
+from tests.service_support import notification, settings
+from tests.test_lessons import lesson
 
 #: Metrics only, with metric names of its own: without its ``signals:`` block, discovery maps them.
 UNMAPPED = INCIDENTS / "live-event-traffic-surge"
@@ -31,36 +42,67 @@ def _without_signals(tmp_path: Path) -> Path:
     return copy
 
 
-def test_the_service_and_the_cli_build_the_same_catalog(tmp_path: Path) -> None:
+def _job(path: Path) -> JobInput:
+    """The webhook job for a recorded incident's alert, as Alertmanager would send it."""
+    alert = yaml.safe_load((path / "incident.yaml").read_text(encoding="utf-8"))["alert"]
+    alert["labels"][FIXTURE_LABEL] = path.name
+    alert["status"] = "firing"
+    return JobInput(job_id=1, incident_id="inc-1", payload=json.dumps(notification([alert]), default=str))
+
+
+def _lessons() -> list[Lesson]:
+    return [lesson(id="L-1")]
+
+
+def _settings(tmp_path: Path, fixtures: Path) -> Settings:
+    # choices away from the defaults, so that a path that ignored them would show
+    return settings(tmp_path, fixtures_dir=fixtures, lessons_top_k=7, lessons_recent=2)
+
+
+def test_the_service_and_the_cli_build_the_same_plan(tmp_path: Path) -> None:
     copy = _without_signals(tmp_path)
+    config = _settings(tmp_path, copy.parent)
+    lessons = _lessons()
+    service = Worker(worker_config(config)).plan(_job(copy), lessons)
+    cli = recorded_plan(Planner.from_settings(config), copy, lessons=lessons)
+    assert service.summary() == cli.summary()
+    summary = cli.summary()
+    assert (summary.lessons_top_k, summary.lessons_cap, summary.lessons) == (7, 2, [lessons[0].id])
+    assert summary.counts_work and summary.reading == f"fixture:{copy.name}"
+    discovered = [k for k, v in cli.reading.catalog.signals.items() if default_catalog().signals.get(k) != v]
+    assert discovered  # the step the service's provider once skipped: without it the catalogs differ
+
+
+def test_a_plan_summary_shows_what_differs(tmp_path: Path) -> None:
+    copy = _without_signals(tmp_path)
+    config = _settings(tmp_path, copy.parent)
+    cli = recorded_plan(Planner.from_settings(config), copy)
+    other = recorded_plan(Planner.from_settings(config, strategy="react"), copy)
+    assert cli.summary() != other.summary() and other.summary().strategy == "react"
     recording, _ = load(copy)
-    plan = FixtureProvider(copy.parent).plan(recording.alert)
-    assert plan is not None and plan.recording is not None
-    cli = replay_catalog(recording)
-    assert plan.catalog.signals == cli.signals
-    discovered = [k for k, v in cli.signals.items() if default_catalog().signals.get(k) != v]
-    assert discovered  # the step the provider used to skip: without it the catalogs differ
+    assert cli.reading.catalog.signals != default_catalog().signals
+    assert cli.reading.catalog.signals == replay_catalog(recording).signals
+
+
+def test_a_bad_strategy_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="nosuch"):
+        Planner.from_settings(_settings(tmp_path, INCIDENTS), strategy="nosuch")
 
 
 def test_the_service_and_the_cli_reach_the_same_conclusion(tmp_path: Path) -> None:
     copy = _without_signals(tmp_path)
-    recording, _ = load(copy)
-    plan = FixtureProvider(copy.parent).plan(recording.alert)
-    assert plan is not None
-    books = load_default_playbooks()
-    service = asyncio.run(
-        investigate(
-            plan.alert,
-            sources=plan.sources,
-            catalog=plan.catalog,
-            reasoner=PlaybookReasoner(books),
-            topology=plan.topology,
-            recording=plan.recording,
-            incident_id=recording.slug,
-            now=recording.window.end,
-        )
-    )
-    cli = asyncio.run(investigate_recording(recording, playbooks=books))
+    config = _settings(tmp_path, copy.parent)
+    service_plan = Worker(worker_config(config)).plan(_job(copy), [])
+    reading = FixtureProvider(copy.parent).reading(service_plan.reading.alert)
+    assert reading is not None
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    with capture_logs() as logs:
+        service = asyncio.run(investigate(service_plan, now=now))
+    started = [e for e in logs if e["event"] == "investigation.start"]
+    assert [(e["incident_id"], e["reading"], e["strategy"], e["reasoner"]) for e in started] == [
+        ("inc-1", f"fixture:{copy.name}", "hybrid", "playbook")
+    ]
+    cli = asyncio.run(investigate(recorded_plan(Planner.from_settings(config), copy), now=now))
     assert service.root_cause == cli.root_cause and service.status == cli.status
     assert [(s.component, s.kind, s.status) for s in service.suspects] == [
         (s.component, s.kind, s.status) for s in cli.suspects

@@ -4,7 +4,7 @@ import pytest
 
 from opsagent.errors import PlaybookError
 from opsagent.models import FAULT_KINDS, Symptom
-from opsagent.pipeline import DEFAULT_PLAYBOOKS
+from opsagent.packaged import playbooks_dir
 from opsagent.playbooks import load_playbooks
 
 REQUIRED_KINDS = {
@@ -26,7 +26,7 @@ REQUIRED_KINDS = {
 
 
 def test_shipped_playbooks_load_and_cover_the_taxonomy() -> None:
-    books = load_playbooks(DEFAULT_PLAYBOOKS)
+    books = load_playbooks(playbooks_dir())
     assert len(books) >= 15
     kinds = {b.kind for b in books}
     assert kinds >= REQUIRED_KINDS
@@ -94,7 +94,7 @@ def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_match_requires_and_indicators() -> None:
-    books = {b.id: b for b in load_playbooks(DEFAULT_PLAYBOOKS)}
+    books = {b.id: b for b in load_playbooks(playbooks_dir())}
     pool = books["db-pool-exhaustion"]
     assert pool.match({"signal:cpu_usage:up": 1.0}, Symptom.latency) is None
     weak = pool.match({"log:timeout": 0.5}, Symptom.latency)
@@ -105,7 +105,7 @@ def test_match_requires_and_indicators() -> None:
 def test_a_crash_loop_whose_containers_say_why_they_exit_is_that_causes_case() -> None:
     """The crash loop and code-exception playbooks step aside (``unless``) where the workload's last
     log lines name the cause: a name that does not resolve is DNS, refused credentials a setting."""
-    books = {b.id: b for b in load_playbooks(DEFAULT_PLAYBOOKS)}
+    books = {b.id: b for b in load_playbooks(playbooks_dir())}
     looping = {"kube:broken": 4.0, "kube:crash_loop": 0.75, "log:new_own_error": 1.0}
     assert books["crash-loop"].match(looping, Symptom.errors) is not None
     assert books["code-exception"].match(looping, Symptom.errors) is not None

@@ -10,7 +10,8 @@ import pytest
 
 from opsagent.fixtures import Recording, Truth, load
 from opsagent.models import Report
-from opsagent.pipeline import investigate_recording, load_default_playbooks
+from opsagent.pipeline import investigate_recording
+from opsagent.plan import load_default_playbooks
 from opsagent.scoreboard import IncidentScore, score
 from tests.conftest import ROOT
 

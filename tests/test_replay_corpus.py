@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from opsagent.fixtures import load
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.scoreboard import fixture_dirs, score
 from tests.conftest import INCIDENTS
 

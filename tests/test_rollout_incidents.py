@@ -11,7 +11,8 @@ import pytest
 
 from opsagent.fixtures import Truth
 from opsagent.models import Report, SourceKind, VersionsData
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.scoreboard import Scoreboard, score
 from tests.conftest import INCIDENTS
 

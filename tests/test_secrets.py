@@ -21,7 +21,9 @@ import yaml
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from adapters.sourceconfig import ElasticsearchConfig, PrometheusConfig, SourcesConfig
+from adapters.elasticsearch.config import ElasticsearchConfig
+from adapters.prometheus.config import PrometheusConfig
+from adapters.sourceconfig import SourcesConfig
 from opsagent.cli import app
 from opsagent.logconfig import configure
 from opsagent.service.app import create_app

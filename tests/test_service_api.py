@@ -357,9 +357,9 @@ def test_the_fixture_provider_matches_by_label_or_by_alertname_and_service() -> 
     assert provider.match(alert(alertname="X", opsagent_fixture="cart-memory-leak-oom")) == "cart-memory-leak-oom"
     assert provider.match(alert(alertname="X", opsagent_fixture="../../etc")) is None  # a slug, never a path
     assert provider.match(alert(alertname="OrderServiceHighLatency", service="billing")) is None
-    plan = provider.plan(alert(alertname="X", opsagent_fixture="order-service-threadpool-config"))
-    assert plan is not None and plan.recording is not None and plan.series is not None
-    assert plan.alert.starts_at.year == 2026 and plan.sources.kinds()  # the recorded alert, its times
+    reading = provider.reading(alert(alertname="X", opsagent_fixture="order-service-threadpool-config"))
+    assert reading is not None and reading.recording is not None and reading.series is not None
+    assert reading.alert.starts_at.year == 2026 and reading.sources.kinds()  # the recorded alert, its times
 
 
 def test_notifications_record_the_payload_as_received(client: TestClient, backend: StoreLocation) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from adapters.sourceconfig import PrometheusConfig, SourcesConfig
+from adapters.prometheus.config import PrometheusConfig
+from adapters.sourceconfig import SourcesConfig
 from opsagent.fixtures import load
 from opsagent.service.app import create_app
 from opsagent.service.provider import FirstMatch, FixtureProvider, LiveProvider, NoSources, provider_for

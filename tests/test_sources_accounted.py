@@ -15,7 +15,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from adapters.live import MetricsFanOut
 from opsagent.calls import tool_call
 from opsagent.catalog import default_catalog
 from opsagent.cli import app
@@ -23,6 +22,7 @@ from opsagent.errors import SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.incident import open_incident
 from opsagent.models import Action, Alert, ErrorData
+from opsagent.sources.live import MetricsFanOut
 from opsagent.tools import BUDGET_SPENT, Sources, Toolbox
 from tests.conftest import ORDER_INCIDENT
 from tests.service_support import free_port

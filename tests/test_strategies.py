@@ -20,7 +20,8 @@ from opsagent.lessons import Retrieved, concrete
 from opsagent.llm import FunctionModel, follow_hints
 from opsagent.loop import Budget, Concluded, Event, Started, StepTaken
 from opsagent.models import Hypothesis, Incident, Observation, Report, Step, Symptom
-from opsagent.pipeline import investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate_fixture
+from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
 from opsagent.report import to_markdown
 from opsagent.strategies import STRATEGIES, strategy

@@ -72,9 +72,9 @@ def test_failing_sources_are_named_and_do_not_raise() -> None:
 
 
 def _rollout_toolbox(**override: object) -> Toolbox:
-    from adapters.replay import replay_sources
     from opsagent.fixtures import load
     from opsagent.incident import open_incident
+    from opsagent.sources.replay import replay_sources
     from tests.conftest import INCIDENTS
 
     recording, _ = load(INCIDENTS / "cart-rollout-beside-clean-search")

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from adapters.alertmanager import AlertmanagerClient
+from adapters.alertmanager.client import AlertmanagerClient
 from opsagent.cli import app
 from opsagent.errors import AlertError
 from opsagent.fixtures import Recording, load

@@ -14,9 +14,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from adapters.alertmanager import AlertmanagerClient, FiringAlert, started
+from adapters.alertmanager.client import AlertmanagerClient, FiringAlert, started
+from adapters.alertmanager.config import AlertmanagerConfig
 from adapters.config import httpx_client
-from adapters.sourceconfig import AlertmanagerConfig
 from opsagent.cli.common import ExitCode, fail, out, settings, wide
 from opsagent.cli.options import AlertmanagerOpt, JsonOpt
 from opsagent.errors import ConfigError, SourceError, UserError

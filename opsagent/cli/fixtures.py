@@ -11,7 +11,7 @@ from opsagent.cli.common import ExitCode, err, fail, out, settings
 from opsagent.cli.options import PlaybooksOpt
 from opsagent.errors import Problem, UserError
 from opsagent.fixtures import validate, write_json_schemas
-from opsagent.pipeline import load_default_playbooks
+from opsagent.plan import load_default_playbooks
 
 fixtures_app = typer.Typer(help="Recorded incidents: validate, schema.", no_args_is_help=True)
 playbooks_app = typer.Typer(help="Playbooks: check.", no_args_is_help=True)

@@ -7,6 +7,7 @@ input, 1 the Markdown could not be written (the report is printed all the same).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -40,17 +41,17 @@ from opsagent.cli.options import (
 )
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
 from opsagent.feedback import keep_investigation
-from opsagent.fixtures import not_utf8
+from opsagent.fixtures import load, not_utf8
 from opsagent.llm.cli import build_reasoner, print_prompts
 from opsagent.models import Alert, Lesson, Report
 from opsagent.packaged import demo_incident
-from opsagent.pipeline import investigate, investigate_fixture, load_default_playbooks
+from opsagent.pipeline import investigate
+from opsagent.plan import InvestigationPlan, Planner, replay_reading
 from opsagent.playbooks import Playbook
 from opsagent.reasoner import PlaybookReasoner, Reasoner
 from opsagent.report import model_summary, render, to_json, to_markdown
 from opsagent.settings import Settings
 from opsagent.store import Store, StoreError
-from opsagent.strategies import strategy
 from opsagent.triggers import ad_hoc_alert, duration, moment, symptom
 
 
@@ -199,9 +200,8 @@ def investigate_cmd(
     memory, lessons = lessons_or_warn(config) if use_lessons else (None, [])
 
     async def go() -> Report:
-        strategy(strategy_name)  # fail fast on a bad name
-        books = load_default_playbooks(playbooks or config.playbooks_dir)
-        reasoner = choose_reasoner(reasoner_name, config, books, model=model, base_url=base_url)
+        planner = Planner.from_settings(config, playbooks=playbooks, strategy=strategy_name, budget=asked_budget)
+        reasoner = choose_reasoner(reasoner_name, config, list(planner.playbooks), model=model, base_url=base_url)
         view = (
             LiveTree(err, title=f"investigating · {strategy_name}")
             if live and not as_json and err.is_terminal
@@ -211,17 +211,8 @@ def investigate_cmd(
             view.live.start()
         try:
             if recording is not None:
-                report, _ = await investigate_fixture(
-                    recording,
-                    playbooks=books,
-                    reasoner=reasoner,
-                    strategy_name=strategy_name,
-                    budget=asked_budget,
-                    listener=view,
-                    lessons=lessons,
-                    now=datetime.now(UTC),
-                )
-                return report
+                plan = recorded_plan(planner, recording, reasoner=reasoner, lessons=lessons)
+                return await investigate(plan, listener=view, now=datetime.now(UTC))
             # the live adapters (Elasticsearch, Kubernetes, Alertmanager…) only for a live investigation
             from adapters.config import sources_from_settings
             from opsagent.cli.alerts import alertmanager, trigger
@@ -234,19 +225,8 @@ def investigate_cmd(
                 client = alertmanager(config, alertmanager_url)
                 alert = await trigger(client, fingerprint=alert_fingerprint, asked=from_alertmanager)
             async with sources_from_settings(config) as configured:  # none configured: all unreadable
-                return await investigate(
-                    alert,
-                    sources=configured.sources,
-                    catalog=configured.catalog,
-                    reasoner=reasoner,
-                    strategy_name=strategy_name,
-                    budget=asked_budget,
-                    listener=view,
-                    lessons=lessons,
-                    lessons_top_k=config.lessons_top_k,
-                    lessons_cap=config.lessons_recent,
-                    links=config.link_settings(),
-                )
+                plan = planner.plan(configured.reading(alert), reasoner=reasoner, lessons=lessons)
+                return await investigate(plan, listener=view)
         finally:
             if view is not None:
                 view.live.stop()
@@ -262,12 +242,20 @@ def investigate_cmd(
     raise typer.Exit(exit_code(report) if written else ExitCode.INTERNAL)
 
 
+def recorded_plan(
+    planner: Planner, recording: Path, *, reasoner: Reasoner | None = None, lessons: Sequence[Lesson] = ()
+) -> InvestigationPlan:
+    """The plan of ``opsagent investigate RECORDING``: the recording as every replay reads it, with
+    the settings' choices (and the flags' where given, in ``planner``)."""
+    return planner.plan(replay_reading(load(recording)[0]), reasoner=reasoner, lessons=lessons)
+
+
 def demo_cmd(as_json: JsonOpt = False) -> None:
     """Replay the recorded incident opsagent ships with, offline: no server, no configuration, no lessons."""
     incident = demo_incident()
     if not as_json:
         note(f"replaying the recorded incident {incident.name} shipped with opsagent")
-    report, _ = run(lambda: investigate_fixture(incident, playbooks=load_default_playbooks(), now=datetime.now(UTC)))
+    report = run(lambda: investigate(recorded_plan(Planner.shipped(), incident), now=datetime.now(UTC)))
     emit(unwritten(report), as_json=as_json, markdown=None)
     raise typer.Exit(exit_code(report))
 

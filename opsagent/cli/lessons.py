@@ -24,7 +24,7 @@ from opsagent.feedback import apply_feedback
 from opsagent.fixtures import not_utf8
 from opsagent.lessons import finalised, problems, root_cause_parts
 from opsagent.models import Lesson
-from opsagent.pipeline import load_default_playbooks
+from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.store import Store, StoreError
 

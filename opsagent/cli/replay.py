@@ -16,10 +16,9 @@ from opsagent.cli.investigate import lessons_or_warn
 from opsagent.cli.options import JsonOpt, LessonsOpt, PlaybooksOpt, StrategyOpt
 from opsagent.errors import UserError
 from opsagent.fixtures import tag_filter
-from opsagent.pipeline import load_default_playbooks
+from opsagent.plan import Planner
 from opsagent.scoreboard import IncidentScore, Scoreboard, replay, tagged_dirs
 from opsagent.store import StoreError
-from opsagent.strategies import strategy
 
 
 def scoreboard_table(board: Scoreboard) -> Table:
@@ -101,12 +100,10 @@ def replay_cmd(
     memory, _ = lessons_or_warn(config) if learn or use_lessons else (None, [])
 
     async def go() -> Scoreboard:
-        strategy(strategy_name)
-        books = load_default_playbooks(playbooks or config.playbooks_dir)
+        planner = Planner.from_settings(config, playbooks=playbooks, strategy=strategy_name)
         return await replay(
             directory,
-            strategy_name=strategy_name,
-            playbooks=books,
+            planner=planner,
             memory=memory,
             use_lessons=use_lessons,
             learn=learn,

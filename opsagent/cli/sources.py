@@ -35,7 +35,7 @@ from opsagent.cli.options import (
 from opsagent.doctor import Health, diagnose, investigated_range
 from opsagent.errors import Problem, UserError
 from opsagent.models import Report
-from opsagent.pipeline import load_default_playbooks
+from opsagent.plan import load_default_playbooks
 from opsagent.record import record_incident
 from opsagent.triggers import moment
 

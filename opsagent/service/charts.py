@@ -26,8 +26,8 @@ from opsagent.errors import SourceError
 from opsagent.fixtures import SignalDef
 from opsagent.models import Incident, MetricsData, Report, SeriesStats, TimeRange
 from opsagent.pipeline import SYMPTOM_SIGNAL
+from opsagent.plan import Reading
 from opsagent.selector import SelectorError, parse
-from opsagent.service.provider import Plan
 from opsagent.stats import Sample
 
 MAX_CHARTS = 6
@@ -122,16 +122,16 @@ def _constant(query: str) -> float | None:
         return None
 
 
-async def _limit_points(plan: Plan, stats: SeriesStats, spec: SignalDef, incident: Incident) -> list[Sample]:
+async def _limit_points(reading: Reading, stats: SeriesStats, spec: SignalDef, incident: Incident) -> list[Sample]:
     """The limit's own series over the window (a constant limit: flat at it)."""
     query = spec.limit.replace("$service", stats.component) if spec.limit else None
-    if query is None or plan.series is None:
+    if query is None or reading.series is None:
         return []
     constant = _constant(query)
     if constant is not None:
         return [(incident.window.start.timestamp(), constant), (incident.window.end.timestamp(), constant)]
     try:
-        return await plan.series.series(
+        return await reading.series.series(
             query=query,
             spec=SignalDef(query=query, agg=spec.agg, direction="any", unit=spec.unit, type="gauge"),
             start=incident.window.start,
@@ -141,17 +141,17 @@ async def _limit_points(plan: Plan, stats: SeriesStats, spec: SignalDef, inciden
         return []
 
 
-async def collect(report: Report, plan: Plan) -> list[Chart]:
+async def collect(report: Report, reading: Reading) -> list[Chart]:
     """Charts for the alert's own signal and every metric series cited as evidence, for or against."""
-    if plan.series is None:
+    if reading.series is None:
         return []
     incident = report.incident
     changes = [Marker(ts=e.ts, label=e.what) for e in report.timeline if e.kind == "change"]
     observations = {o.id: o for o in report.observations}
     wanted: list[tuple[str | None, Role, SeriesStats, str | None]] = []
     signal = SYMPTOM_SIGNAL.get(incident.symptom)
-    if signal is not None and signal in plan.catalog:
-        query = plan.catalog.query(signal, incident.service)
+    if signal is not None and signal in reading.catalog:
+        query = reading.catalog.query(signal, incident.service)
         alert_stats = SeriesStats(
             signal=signal,
             component=incident.service,
@@ -183,9 +183,9 @@ async def collect(report: Report, plan: Plan) -> list[Chart]:
         if stats.query in seen or len(charts) >= MAX_CHARTS:
             continue
         seen.add(stats.query)
-        spec = plan.catalog.get(stats.signal) or SignalDef(query=stats.query, direction="any")
+        spec = reading.catalog.get(stats.signal) or SignalDef(query=stats.query, direction="any")
         try:
-            points = await plan.series.series(
+            points = await reading.series.series(
                 query=stats.query, spec=spec, start=incident.window.start, end=incident.window.end
             )
         except SourceError:
@@ -215,7 +215,7 @@ async def collect(report: Report, plan: Plan) -> list[Chart]:
                 shift=significant_shift(points, stats, spec, incident),
                 changes=changes,
                 limit=stats.limit,
-                limit_points=await _limit_points(plan, stats, spec, incident),
+                limit_points=await _limit_points(reading, stats, spec, incident),
             )
         )
     return charts

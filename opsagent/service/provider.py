@@ -1,18 +1,19 @@
 """Source providers: which data sources investigate an alert.
 
-The service asks a :class:`SourceProvider` for a :class:`Plan` per alert: the sources, the signal
-catalog and topology of the environment the alert comes from, and optionally a way to read raw
-series for the report page's charts. :class:`LiveProvider` reads the systems the settings configure
+The service asks a :class:`SourceProvider` for a :class:`~opsagent.plan.Reading` per alert: the
+sources, the signal catalog and topology of the environment the alert comes from, and optionally a
+way to read raw series for the report page's charts; the worker's planner makes it a plan.
+:class:`LiveProvider` reads the systems the settings configure
 (Prometheus, Elasticsearch, git, Jaeger…), which is what production runs; :class:`FixtureProvider`
 serves recorded incidents, which is what tests and demos use; :func:`provider_for` picks from the
 settings. A provider runs inside a worker process, so it must pickle (hold configuration, not
-connections) and build its sources there, per job; a plan's ``close`` releases them.
+connections) and build its sources there, per job; a reading's ``close`` releases them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,17 +22,15 @@ import structlog
 import yaml
 
 from adapters.config import open_live_sources
-from adapters.live import LiveMetrics
-from adapters.replay import ReplayMetrics, replay_sources
 from adapters.sourceconfig import SourcesConfig
 from opsagent.analysis.series import as_rate
-from opsagent.catalog import SignalCatalog
 from opsagent.fixtures import Edge, MetricSeries, Recording, SignalDef, load, unix
 from opsagent.incident import alert_services
 from opsagent.models import Alert
-from opsagent.pipeline import replay_catalog
+from opsagent.plan import Reading, replay_reading
 from opsagent.settings import Settings
-from opsagent.sources import Sources
+from opsagent.sources.live import LiveMetrics
+from opsagent.sources.replay import ReplayMetrics
 from opsagent.stats import Sample, combine
 
 log = structlog.get_logger("opsagent.service.provider")
@@ -40,33 +39,11 @@ log = structlog.get_logger("opsagent.service.provider")
 FIXTURE_LABEL = "opsagent_fixture"
 
 
-class SeriesReader(Protocol):
-    """Raw samples of a query, for charts (a live Prometheus answers with ``query_range``)."""
-
-    async def series(self, *, query: str, spec: SignalDef, start: datetime, end: datetime) -> list[Sample]: ...
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one investigation runs against. ``alert`` is the alert as the data knows it (a replayed
-    incident keeps its recorded times, so the window holds its telemetry)."""
-
-    name: str
-    alert: Alert
-    sources: Sources
-    catalog: SignalCatalog
-    topology: list[Edge] = field(default_factory=list)
-    recording: Recording | None = None
-    series: SeriesReader | None = None
-    #: releases what the sources hold (live clients); called once the job has used them
-    close: Callable[[], Awaitable[None]] | None = None
-
-
 class SourceProvider(Protocol):
     name: str
 
-    def plan(self, alert: Alert) -> Plan | None:
-        """The sources for this alert, or None when this provider has no data for it."""
+    def reading(self, alert: Alert) -> Reading | None:
+        """What to read for this alert, or None when this provider has no data for it."""
 
 
 class NoSources:
@@ -74,7 +51,7 @@ class NoSources:
 
     name = "none"
 
-    def plan(self, alert: Alert) -> Plan | None:
+    def reading(self, alert: Alert) -> Reading | None:
         return None
 
 
@@ -111,7 +88,7 @@ class LiveSeries:
 
 class LiveProvider:
     """The systems the settings' ``sources`` configure, read for every alert. Clients are opened per
-    job (in the worker, on the job's event loop) and closed by the plan's ``close``; credentials
+    job (in the worker, on the job's event loop) and closed by the reading's ``close``; credentials
     are read from the worker's environment, which it inherits from the service."""
 
     name = "live"
@@ -120,31 +97,24 @@ class LiveProvider:
         self.sources = sources
         self.signals = signals or {}
 
-    def plan(self, alert: Alert) -> Plan | None:
+    def reading(self, alert: Alert) -> Reading | None:
         live = open_live_sources(self.sources, signals=self.signals)
         metrics = live.sources.metrics
-        return Plan(
-            name="live",
-            alert=alert,
-            sources=live.sources,
-            catalog=live.catalog,
-            series=LiveSeries(metrics) if isinstance(metrics, LiveMetrics) else None,
-            close=live.aclose,
-        )
+        return live.reading(alert, series=LiveSeries(metrics) if isinstance(metrics, LiveMetrics) else None)
 
 
 class FirstMatch:
-    """Asks each provider in turn; the first with data for the alert plans it."""
+    """Asks each provider in turn; the first with data for the alert is read."""
 
     def __init__(self, providers: Sequence[SourceProvider]) -> None:
         self.providers = list(providers)
         self.name = "+".join(p.name for p in self.providers)
 
-    def plan(self, alert: Alert) -> Plan | None:
+    def reading(self, alert: Alert) -> Reading | None:
         for provider in self.providers:
-            plan = provider.plan(alert)
-            if plan is not None:
-                return plan
+            reading = provider.reading(alert)
+            if reading is not None:
+                return reading
         return None
 
 
@@ -237,20 +207,10 @@ class FixtureProvider:
             self._cache[slug] = load(self.directory / slug)[0]
         return self._cache[slug]
 
-    def plan(self, alert: Alert) -> Plan | None:
+    def reading(self, alert: Alert) -> Reading | None:
         slug = self.match(alert)
         if slug is None:
             return None
-        recording = self.recording(slug)
-        catalog = replay_catalog(recording)  # as the CLI and replay build it: discovery included
-        sources = replay_sources(recording, catalog)
-        metrics = sources.metrics
-        return Plan(
-            name=f"fixture:{slug}",
-            alert=recording.alert,
-            sources=sources,
-            catalog=catalog,
-            topology=recording.topology,
-            recording=recording,
-            series=ReplaySeries(metrics) if isinstance(metrics, ReplayMetrics) else None,
-        )
+        reading = replay_reading(self.recording(slug))  # as the CLI and replay read it: discovery included
+        metrics = reading.sources.metrics
+        return replace(reading, series=ReplaySeries(metrics) if isinstance(metrics, ReplayMetrics) else None)

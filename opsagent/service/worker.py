@@ -14,12 +14,12 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Literal
 
 import structlog
@@ -32,13 +32,13 @@ from opsagent.incident import joined_alert
 from opsagent.lessons import rule_check
 from opsagent.links import LinkSettings
 from opsagent.logconfig import configure
-from opsagent.loop import Budget, WorkClock
 from opsagent.models import Alert, JoinedAlert, Lesson, Report
-from opsagent.pipeline import investigate, load_default_playbooks
-from opsagent.reasoner import PlaybookReasoner
+from opsagent.pipeline import investigate
+from opsagent.plan import InvestigationPlan, Planner, Reading
 from opsagent.service.charts import Chart, collect
-from opsagent.service.payload import WebhookAlert, WebhookPayload
-from opsagent.service.provider import Plan, SourceProvider
+from opsagent.service.payload import WebhookPayload
+from opsagent.service.provider import SourceProvider, provider_for
+from opsagent.settings import Settings
 from opsagent.sources import Sources
 from opsagent.store import FinishedReport, JobOutcome, Store, StoreError, StoreLocation
 from opsagent.tracing import configure_from_environment as configure_tracing
@@ -48,17 +48,31 @@ log = structlog.get_logger("opsagent.service.worker")
 
 @dataclass(frozen=True)
 class WorkerConfig:
+    """What a worker runs jobs with: where the store is, what it reads for an alert (``provider``),
+    how it plans an investigation (``planner``: the settings' playbooks, strategy, budget, lessons
+    and links, as the CLI plans with them) and how it joins a storm's alerts."""
+
     store: StoreLocation
     provider: SourceProvider
-    playbooks: Path | None = None
-    strategy: str = "hybrid"
-    budget: Budget | None = None
-    lessons_top_k: int = 3
-    lessons_cap: int = 5
+    planner: Planner
     niceness: int = 10
     log_level: str = "info"
-    links: LinkSettings | None = None
     correlation: CorrelationSettings | None = None
+
+
+def worker_config(
+    settings: Settings, *, provider: SourceProvider | None = None, log_level: str = "info"
+) -> WorkerConfig:
+    """The workers' configuration from the service's settings: the sources they provide (by default
+    :func:`~opsagent.service.provider.provider_for`'s) and the plan the CLI makes from the same
+    settings."""
+    return WorkerConfig(
+        store=settings.store,
+        provider=provider if provider is not None else provider_for(settings),
+        planner=Planner.from_settings(settings),
+        log_level=log_level,
+        correlation=settings.correlation,
+    )
 
 
 class JobInput(BaseModel):
@@ -80,7 +94,6 @@ class Worker:
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.playbooks = load_default_playbooks(config.playbooks)
         self._local = threading.local()
 
     def store(self) -> Store:
@@ -97,27 +110,46 @@ class Worker:
             with contextlib.suppress(Exception):  # it failed already; closing it is a courtesy
                 store.close()
 
-    def plan(self, payload: WebhookPayload) -> Plan | None:
+    def reading(self, payload: WebhookPayload) -> Reading | None:
+        """What the first of the notification's alerts a provider has data for reads."""
         for candidate in payload.candidates():
-            plan = self.config.provider.plan(candidate.as_alert())
-            if plan is not None:
-                return plan
+            reading = self.config.provider.reading(candidate.as_alert())
+            if reading is not None:
+                return reading
         return None
+
+    def plan(self, job: JobInput, lessons: Sequence[Lesson]) -> InvestigationPlan:
+        """The plan of the job's investigation. With nothing to read, it is investigated anyway:
+        the report names every source it could not read."""
+        payload = WebhookPayload.model_validate_json(job.payload)
+        reading = self.reading(payload) or Reading(
+            name="none", alert=payload.summary().lead.as_alert(), sources=Sources(), catalog=default_catalog()
+        )
+        later = [a for text in job.joined for a in WebhookPayload.model_validate_json(text).firing]
+        # the alerts beside the one investigated from (a recording's own alert, where it replays one)
+        others = [a.as_alert() for a in [*payload.firing, *later]]
+        others = [a for a in others if alert_key(a) != alert_key(reading.alert)]
+        planner = self.config.planner
+        return planner.plan(
+            reading,
+            lessons=lessons,
+            incident_id=job.incident_id,
+            joined=joined_alerts(reading.alert, others, reading.topology, self.config.correlation),
+            links=_links(planner.links, payload),
+        )
 
     def run(self, job: JobInput) -> JobOutput:
         """Investigate the alert group a job was queued for. The report comes back serialised, with
         the lessons it teaches, for the service to store with the job's end in one transaction."""
-        payload = WebhookPayload.model_validate_json(job.payload)
-        plan = self.plan(payload)
-        later = [a for text in job.joined for a in WebhookPayload.model_validate_json(text).firing]
         try:
             lessons = self.store().lessons()
         except StoreError as exc:
             log.warning("worker.lessons_unreadable", incident_id=job.incident_id, error=str(exc))
             lessons = []
             self._forget_store()  # the next job connects again (a restarted server, a lost connection)
+        plan = self.plan(job, lessons)
         started = time.perf_counter()
-        report, charts = asyncio.run(_investigate(self, job, payload, plan, lessons, later))
+        report, charts = asyncio.run(_investigate(plan))
         wall_ms = round((time.perf_counter() - started) * 1000, 1)
         issues = rule_check(report)
         if issues:  # a live incident has no truth to learn against: only conclusions that pass the rules teach
@@ -129,7 +161,7 @@ class Worker:
             root_component=rc.component if rc else None,
             root_kind=rc.kind if rc else None,
             summary=report.statement[:500],
-            source=plan.name if plan is not None else "none",
+            source=plan.reading.name,
             wall_ms=wall_ms,
             charts="[" + ",".join(c.model_dump_json() for c in charts) + "]",
         )
@@ -259,41 +291,10 @@ def joined_alerts(
     return (storm.joined + extra)[: settings.max_members]
 
 
-async def _investigate(
-    worker: Worker,
-    job: JobInput,
-    payload: WebhookPayload,
-    plan: Plan | None,
-    lessons: list[Lesson],
-    later: list[WebhookAlert],
-) -> tuple[Report, list[Chart]]:
-    config = worker.config
-    reasoner = PlaybookReasoner(worker.playbooks)
-    if plan is None:  # nothing to read: investigated anyway, the report names every source it could not read
-        plan = Plan(name="none", alert=payload.summary().lead.as_alert(), sources=Sources(), catalog=default_catalog())
-    # the alerts beside the one investigated from (a recording's own alert, where the plan replays one)
-    others = [a.as_alert() for a in [*payload.firing, *later]]
-    others = [a for a in others if alert_key(a) != alert_key(plan.alert)]
+async def _investigate(plan: InvestigationPlan) -> tuple[Report, list[Chart]]:
     try:
-        report = await investigate(
-            plan.alert,
-            sources=plan.sources,
-            catalog=plan.catalog,
-            reasoner=reasoner,
-            strategy_name=config.strategy,
-            budget=config.budget,
-            topology=plan.topology,
-            lessons=lessons,
-            lessons_top_k=config.lessons_top_k,
-            lessons_cap=config.lessons_cap,
-            incident_id=job.incident_id,
-            recording=plan.recording,
-            now=datetime.now(UTC),
-            links=_links(config.links, payload),
-            work=WorkClock() if plan.recording is not None else None,  # a replay: its budget counts work
-            joined=joined_alerts(plan.alert, others, plan.topology, config.correlation),
-        )
-        return report, await collect(report, plan)
+        report = await investigate(plan, now=datetime.now(UTC))
+        return report, await collect(report, plan.reading)
     finally:
-        if plan.close is not None:  # the live clients the plan opened for this job
-            await plan.close()
+        if plan.reading.close is not None:  # the live clients the reading opened for this job
+            await plan.reading.close()

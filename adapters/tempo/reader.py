@@ -1,6 +1,6 @@
 """Grafana Tempo traces through its HTTP API, over httpx.
 
-A traces *reader* (:class:`adapters.protocols.TracesReader`): ``/api/search`` by service tag and
+A traces *reader* (:class:`opsagent.sources.readers.TracesReader`): ``/api/search`` by service tag and
 time for trace ids, then ``/api/traces/<id>`` (OTLP JSON) for each whole trace, up to a cap. Tempo
 has no dependency endpoint: the call graph comes from the spans read. Read-only: it only sends GET.
 The httpx client is injected; its errors are translated here, once.

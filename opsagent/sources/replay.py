@@ -1,9 +1,9 @@
 """Replay sources: answer every data-source question from a recorded incident's raw telemetry.
 
-The same protocols as the live adapters, computed from the fixture rather than queried, so any
+The same protocols as the live sources, computed from the fixture rather than queried, so any
 strategy can ask any question of a recording. Read-only; indexes are built once per recording.
 The computations are the engine's (:mod:`opsagent.analysis`), shared with the live sources
-(:mod:`adapters.live`), so an investigation sees the same observations live and in replay.
+(:mod:`opsagent.sources.live`), so an investigation sees the same observations live and in replay.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Literal
 
-from adapters.kubesource import replay_kubernetes
 from opsagent.analysis.changes import change_records
 from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
@@ -49,6 +48,7 @@ from opsagent.models import (
 )
 from opsagent.selector import Matcher, Selector, SelectorError, parse
 from opsagent.sources import Sources
+from opsagent.sources.kubernetes import replay_kubernetes
 from opsagent.stats import Sample
 
 

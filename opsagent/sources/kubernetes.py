@@ -1,5 +1,5 @@
-"""The Kubernetes source over any reader of objects: a live cluster (:mod:`adapters.kubernetes`) or a
-recorded incident's ``kubernetes.jsonl``; and rollout history as a changes reader over the same read.
+"""The Kubernetes source over any reader of objects: a live cluster (:mod:`adapters.kubernetes.reader`)
+or a recorded incident's ``kubernetes.jsonl``; and rollout history as a changes reader over the same read.
 
 One read of the cluster serves an investigation (its objects are a snapshot of now; reading them
 again per question would let answers disagree); what is computed from it is :mod:`opsagent.kubestate`'s.
@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from adapters.protocols import KubernetesReader, LogsReader
-from adapters.readers import LogQuery
 from opsagent.analysis.kube import analyze, explain_exits
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
 from opsagent.models import Incident, KubeFinding, KubernetesData, TimeRange
+from opsagent.sources.queries import LogQuery
+from opsagent.sources.readers import KubernetesReader, LogsReader
 
 log = structlog.get_logger("opsagent.adapters")
 

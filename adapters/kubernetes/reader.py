@@ -9,9 +9,9 @@ watch) of the resources listed in :data:`READABLE`, so no create, update, patch,
 attach, port-forward, proxy, log or secret read can be sent (``tests/test_adapters_kubernetes.py``
 proves it for every verb).
 
-* :class:`KubernetesReader` lists objects of one kind (a :class:`adapters.protocols.KubernetesReader`);
-  :class:`adapters.kubesource.RecordedObjects` serves a recorded incident's objects the same way.
-* The Kubernetes source over either, and rollout history as changes, are :mod:`adapters.kubesource`'s.
+* :class:`KubernetesReader` lists objects of one kind (a :class:`opsagent.sources.readers.KubernetesReader`);
+  :class:`opsagent.sources.kubernetes.RecordedObjects` serves a recorded incident's objects the same way.
+* The Kubernetes source over either, and rollout history as changes, are :mod:`opsagent.sources.kubernetes`'s.
 
 Env values in pod specs are replaced by a digest at the boundary (a change still shows, a secret
 set as a plain env value never does), and ``managedFields`` and the last-applied annotation (a copy

@@ -2,9 +2,14 @@
 of sources an investigation reads.
 
 Each method answers one read-only question about an incident and returns the observation data the
-engine reasons over. Implementations (the replay sources, the live adapters in :mod:`adapters`)
-raise only :mod:`opsagent.errors` source errors: foreign exceptions are translated at the adapter's
-boundary. The engine reaches a data source through these protocols alone.
+engine reasons over. The implementations are in this package and compute, they do not fetch: the
+replay sources from a recording (:mod:`opsagent.sources.replay`), the live sources over readers of
+real systems (:mod:`opsagent.sources.live`, with the reader protocols of
+:mod:`opsagent.sources.readers` and what readers exchange, :mod:`opsagent.sources.queries`), and the
+Kubernetes source over one read of a cluster (:mod:`opsagent.sources.kubernetes`). The readers that
+talk to systems are in :mod:`adapters`. Sources raise only :mod:`opsagent.errors` source errors:
+foreign exceptions are translated at the adapter's boundary. The engine reaches a data source
+through these protocols alone.
 """
 
 from __future__ import annotations

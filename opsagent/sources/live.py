@@ -16,8 +16,6 @@ from typing import Literal, TypeVar
 
 import structlog
 
-from adapters.protocols import ChangesReader, KubernetesReader, LogsReader, MetricsReader, TracesReader
-from adapters.readers import LogBatch, LogCounts, LogQuery
 from opsagent.analysis.changes import change_records, changes_range
 from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
@@ -53,6 +51,8 @@ from opsagent.models import (
     VersionsData,
 )
 from opsagent.selector import SelectorError, parse
+from opsagent.sources.queries import LogBatch, LogCounts, LogQuery
+from opsagent.sources.readers import ChangesReader, KubernetesReader, LogsReader, MetricsReader, TracesReader
 from opsagent.stats import ts
 
 log = structlog.get_logger("opsagent.adapters")

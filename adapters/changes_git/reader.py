@@ -1,6 +1,6 @@
 """Changes from a GitOps / config repository, through the git command line.
 
-A changes *reader* (:class:`adapters.protocols.ChangesReader`): the commits that landed in a time
+A changes *reader* (:class:`opsagent.sources.readers.ChangesReader`): the commits that landed in a time
 range (committer date), each mapped to the services it touches by path rules, with its diff stat
 and the changed lines of its config files; a change of an image tag reads as a deploy with its
 from and to versions. Read-only: ``git log`` and ``git show`` on a clone kept fresh by someone else
@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from adapters.boundary import MALFORMED, ErrorTable, translate
-from adapters.sourceconfig import CONFIG_FILES, ChangeKind, PathRule
+from adapters.changes_git.config import CONFIG_FILES, ChangeKind, PathRule
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import Change
 

@@ -1,6 +1,6 @@
 """Grafana Loki logs through its HTTP API (LogQL ``query_range`` and ``query``), over httpx.
 
-A logs *reader* (:class:`adapters.protocols.LogsReader`), summarised by the same summariser as
+A logs *reader* (:class:`opsagent.sources.readers.LogsReader`), summarised by the same summariser as
 Elasticsearch's lines. One stream selector per question: the configured matchers (``selector``),
 the service label, a case-insensitive line filter for the text, and an optional parser stage
 (``| json`` / ``| logfmt``) that turns fields of the line into labels the level, trace id and pod
@@ -26,11 +26,11 @@ import httpx
 import structlog
 
 from adapters.boundary import HTTPX_ERRORS, http_error, translate
-from adapters.readers import LevelBucket, LogBatch, LogCounts, LogQuery
-from adapters.sourceconfig import LokiLabels
+from adapters.loki.config import LokiLabels
 from opsagent.errors import MalformedResponse
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange
+from opsagent.sources.queries import LevelBucket, LogBatch, LogCounts, LogQuery
 
 log = structlog.get_logger("opsagent.adapters")
 

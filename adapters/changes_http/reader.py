@@ -1,6 +1,6 @@
 """Changes from an HTTP JSON change feed (a deploy tracker's API), over httpx.
 
-A changes *reader* (:class:`adapters.protocols.ChangesReader`): one GET with the time range (and
+A changes *reader* (:class:`opsagent.sources.readers.ChangesReader`): one GET with the time range (and
 optionally the service) as query parameters; where the list sits in the answer, what each field is
 called and how times are written are configuration. Read-only: it only sends GET. The httpx client
 (base URL, auth headers, TLS) is injected; its errors are translated here, once.
@@ -16,7 +16,7 @@ import httpx
 from pydantic import ValidationError
 
 from adapters.boundary import HTTPX_ERRORS, http_error, translate
-from adapters.sourceconfig import FeedFields, FeedQuery, TimeFormat
+from adapters.changes_http.config import FeedFields, FeedQuery, TimeFormat
 from opsagent.errors import MalformedResponse
 from opsagent.fixtures import Change
 

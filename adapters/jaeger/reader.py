@@ -1,6 +1,6 @@
 """Jaeger traces through its query service's HTTP JSON API, over httpx.
 
-A traces *reader* (:class:`adapters.protocols.TracesReader`): ``/api/services``, ``/api/traces``
+A traces *reader* (:class:`opsagent.sources.readers.TracesReader`): ``/api/services``, ``/api/traces``
 by service and time (``minDuration`` and ``operation`` available for narrower reads) and
 ``/api/dependencies`` for the call graph. Whole traces come back, so self time (a span's duration
 less its children's) is computed as in replay. Read-only: it only sends GET. The httpx client is

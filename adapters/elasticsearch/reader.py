@@ -1,6 +1,6 @@
 """Elasticsearch / OpenSearch logs through the official async client on its httpx node.
 
-A logs *reader* (:class:`adapters.protocols.LogsReader`): one index pattern, field names
+A logs *reader* (:class:`opsagent.sources.readers.LogsReader`): one index pattern, field names
 configurable (ECS by default), a query by time range, service, level and text. Exact counts come
 from aggregations (terms on level and service over the window, a date histogram of levels); raw
 hits are paged with ``search_after`` over a point in time, up to a cap, for the summariser.
@@ -34,12 +34,12 @@ from elastic_transport._node import NodeApiResponse
 from elasticsearch import AsyncElasticsearch, UnsupportedProductError
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.readers import LevelBucket, LogBatch, LogCounts, LogQuery
-from adapters.sourceconfig import LogFields
+from adapters.elasticsearch.config import LogFields
 from opsagent.errors import MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import LogRecord
 from opsagent.models import TimeRange
 from opsagent.sizecap import BodyTooLarge, size_cap
+from opsagent.sources.queries import LevelBucket, LogBatch, LogCounts, LogQuery
 
 log = structlog.get_logger("opsagent.adapters")
 

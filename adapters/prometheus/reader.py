@@ -1,6 +1,6 @@
 """Prometheus (and PromQL-compatible stores: Thanos, Mimir, VictoriaMetrics) through prometheus-api-client.
 
-A metrics *reader* (:class:`adapters.protocols.MetricsReader`): range queries with the step sized to
+A metrics *reader* (:class:`opsagent.sources.readers.MetricsReader`): range queries with the step sized to
 at most ``max_points`` points, instant queries, and series discovery for triage's scan. It only
 calls read endpoints (``/api/v1/query``, ``query_range``, ``series``, ``labels``, ``status/buildinfo``).
 The client is built by :func:`prometheus_client` and injected; the blocking client runs in worker
@@ -26,13 +26,13 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from adapters.boundary import MALFORMED, ErrorTable, error_text, status_error, translate
-from adapters.readers import EXPRESSION_NAME
-from adapters.sourceconfig import DEFAULT_SCAN_MATCH
+from adapters.prometheus.config import DEFAULT_SCAN_MATCH
 from opsagent.calls import bounded
 from opsagent.errors import AnswerTooLarge, MalformedResponse, SourceTimeout, SourceUnavailable
 from opsagent.fixtures import MetricSeries
 from opsagent.selector import SelectorError, parse
 from opsagent.sizecap import MAX_ANSWER_BYTES, BodyTooLarge
+from opsagent.sources.queries import EXPRESSION_NAME
 from opsagent.stats import ts
 
 log = structlog.get_logger("opsagent.adapters")

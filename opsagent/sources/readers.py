@@ -1,6 +1,6 @@
 """Readers: the protocols of the backends live telemetry is read from.
 
-A live source (:mod:`adapters.live`) implements one of the engine's source protocols
+A live source (:mod:`opsagent.sources.live`) implements one of the engine's source protocols
 (:mod:`opsagent.sources`) over a reader. Readers raise only :mod:`opsagent.errors` source errors:
 foreign exceptions are translated at the adapter's boundary.
 """
@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from adapters.readers import LogBatch, LogQuery
 from opsagent.fixtures import Change, Edge, KubeKind, KubeObject, MetricSeries, Span
+from opsagent.sources.queries import LogBatch, LogQuery
 
 # A live source is the replay computation over raw records a *reader* fetches from a real system
-# (adapters.live). Each backend (Prometheus, Elasticsearch, Loki, git, a change feed, Jaeger, Tempo,
+# (opsagent.sources.live). Each backend (Prometheus, Elasticsearch, Loki, git, a change feed, Jaeger, Tempo,
 # the Kubernetes API) is a reader; wrappers (rate limit, recording) wrap readers, and several readers
 # of one kind read as one.
 # Readers return the recorded-incident models, so what they read can be written as a fixture.

@@ -1,0 +1,2 @@
+"""Changes from an HTTP JSON change feed:
+the adapter (``reader``) and its configuration (``config``)."""

@@ -1,0 +1,1 @@
+"""Elasticsearch and OpenSearch: the adapter (``reader``) and its configuration (``config``)."""

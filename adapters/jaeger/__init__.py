@@ -1,0 +1,1 @@
+"""Jaeger's query API: the adapter (``reader``) and its configuration (``config``)."""

@@ -1,0 +1,1 @@
+"""The Kubernetes API, read-only: the adapter (``reader``) and its configuration (``config``)."""

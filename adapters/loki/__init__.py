@@ -1,0 +1,1 @@
+"""Grafana Loki: the adapter (``reader``) and its configuration (``config``)."""

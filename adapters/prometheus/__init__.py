@@ -1,0 +1,1 @@
+"""Prometheus: the reader over its HTTP API (``reader``) and its configuration (``config``)."""

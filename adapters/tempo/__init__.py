@@ -1,0 +1,1 @@
+"""Grafana Tempo: the adapter (``reader``) and its configuration (``config``)."""

@@ -1,0 +1,15 @@
+"""Tempo's configuration: where it is and how many traces to read.
+
+Models only: no client is imported here, so loading settings stays cheap; secrets come from the
+environment (:mod:`adapters.baseconfig`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from adapters.baseconfig import HttpSourceConfig, Kind
+
+
+class TempoConfig(HttpSourceConfig):
+    kind: Kind = "tempo"
+    max_traces: int = Field(default=50, ge=1, description="traces per service and period (each one a request)")
