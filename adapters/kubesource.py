@@ -17,7 +17,7 @@ import structlog
 
 from adapters.protocols import KubernetesReader, LogsReader
 from adapters.readers import LogQuery
-from opsagent.analysis.kube import analyze, explain_exits
+from opsagent.analysis.kube import analyze, explain_exits, unreachable_dependencies
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
@@ -121,20 +121,27 @@ class KubernetesState:
         cluster, at, unread = await self.cluster()
         data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
         if service is None:  # the whole cluster's read: which objects are broken, and why
-            findings = await self._explained(cluster, analyze(cluster, since=since_onset(incident.onset)))
+            since = since_onset(incident.onset)
+            findings = await self._explained(cluster, analyze(cluster, since=since), since=since)
             data = data.model_copy(update={"findings": findings})
         return data.model_copy(update={"unread": unread}) if unread else data
 
-    async def _explained(self, cluster: Cluster, findings: list[KubeFinding]) -> list[KubeFinding]:
-        """The findings, each crash loop with what its containers' last lines say stops them."""
-        looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
-        if self._last_words is None or not looping:
+    async def _explained(self, cluster: Cluster, findings: list[KubeFinding], *, since: datetime) -> list[KubeFinding]:
+        """The findings, each crash loop with what its containers' last lines say stops them, and the
+        components their callers' last lines say they cannot connect to while their pods are ready."""
+        if self._last_words is None:
             return findings
         at = self._now()
-        said = await asyncio.gather(
-            *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
-        )
-        return explain_exits(findings, dict(zip(looping, said, strict=True)))
+        looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
+        if looping:
+            said = await asyncio.gather(
+                *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
+            )
+            findings = explain_exits(findings, dict(zip(looping, said, strict=True)))
+        callers = sorted({p.service for p in cluster.pods if p.ready})
+        heard = await asyncio.gather(*(self._last_words(caller, frozenset(), at) for caller in callers))
+        heard_by = dict(zip(callers, heard, strict=True))
+        return [*findings, *unreachable_dependencies(cluster, findings, heard_by, since=since)]
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()

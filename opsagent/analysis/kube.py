@@ -60,6 +60,19 @@ EXIT_CAUSES: tuple[tuple[str, str], ...] = (
     ("refused", "config_change"),
 )
 
+#: A line that says a connection to an address could not be made (the address is on the same line).
+CONNECT_FAILED = re.compile(
+    r"unable ?to ?connect|(?:failed|could not|couldn't|can ?not|cannot) (?:to )?connect|connection refused"
+    r"|ECONNREFUSED|connect(?:ion)? timed? ?out|no route to host",
+    re.I,
+)
+#: ``host:port`` in a line: the host's first label (``cart`` of ``cart.shop.svc.cluster.local:6379``) and the
+#: port. A scheme (``http://``) or a path before it is allowed; an IP address is not a host (a ClusterIP
+#: is not in the read, so it names no component).
+ADDRESS = re.compile(r"(?<![\w.-])([a-z][a-z0-9-]*)(?:\.[a-z0-9-]+)*:(\d{2,5})\b", re.I)
+#: Lines of a caller that fail to reach one address before it counts: a restart's blip is one or two.
+MIN_FAILED_CONNECTS = 5
+
 Analyzer = Callable[[Cluster, datetime], list[KubeFinding]]
 
 
@@ -427,3 +440,117 @@ def explain_exits(findings: Sequence[KubeFinding], last_words: Mapping[str, Sequ
             )
         out.append(f)
     return out
+
+
+def unreachable_dependencies(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]], *, since: datetime
+) -> list[KubeFinding]:
+    """Components their callers cannot connect to while every pod of theirs is Running and ready
+    (``said``: the last lines per caller). The object graph then holds the cause, not the pods: a
+    caller that dials a port the component's pods and Service do not serve was given a wrong
+    address (the caller's configuration is what broke); a caller that dials a port they do serve
+    finds no route to healthy pods (the component's Service is what broke: its selector, port or
+    protocol). A component another finding already explains (not ready, on a node that is down)
+    is left to that finding, and so is one whose containers restarted since ``since``: callers
+    failed to reach it while it was down, and it is up again."""
+    explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
+    down = {n.name for n in cluster.nodes() if _not_ready(n)}
+    pods: dict[str, list[PodState]] = {}
+    for p in cluster.pods:
+        pods.setdefault(p.service, []).append(p)
+    serving = {
+        service
+        for service, own in pods.items()
+        if service not in explained
+        and all(p.phase == "Running" and p.ready and p.node not in down and not _restarted(p, since) for p in own)
+    }
+    failed: dict[tuple[str, int], dict[str, list[str]]] = {}
+    for caller, lines in sorted(said.items()):
+        for line in lines:
+            if CONNECT_FAILED.search(line) is None:
+                continue
+            for host, port in sorted({(h.lower(), int(p)) for h, p in ADDRESS.findall(line)}):
+                if host in serving and host != caller:
+                    failed.setdefault((host, port), {}).setdefault(caller, []).append(line)
+    out = []
+    for (target, port), by_caller in sorted(failed.items()):
+        served = _served_ports(cluster, target, pods[target])
+        if served and port not in served:  # each caller that dials it was given a wrong address
+            out.extend(
+                _wrong_address(cluster, caller, target, port, served, lines)
+                for caller, lines in by_caller.items()
+                if len(lines) >= MIN_FAILED_CONNECTS
+            )
+            continue
+        count = sum(len(lines) for lines in by_caller.values())
+        if count < MIN_FAILED_CONNECTS:
+            continue
+        ref = _ref("Service", pods[target][0].namespace, target)
+        last = " ".join(next(iter(by_caller.values()))[-1].split())[:200]
+        out.append(
+            KubeFinding(
+                component=target,
+                component_type="service",
+                object=ref,
+                sign="unreachable_while_ready",
+                kind="config_change",
+                why=f"{', '.join(by_caller)} cannot connect to {target}:{port} ({count} lines) while every pod "
+                f"of {target} is Running and ready: {ref} does not route to them: {last}",
+                field="callers' container log; status.conditions[Ready]",
+                affects=[target],
+            )
+        )
+    return out
+
+
+def _restarted(pod: PodState, since: datetime) -> bool:
+    """Whether a container of the pod ended and restarted since then (or at a time it does not say)."""
+    return any(c.restarts and (c.last_finished_at is None or c.last_finished_at >= since) for c in pod.containers)
+
+
+def _wrong_address(
+    cluster: Cluster, caller: str, target: str, port: int, served: set[int], lines: Sequence[str]
+) -> KubeFinding:
+    namespace = next((p.namespace for p in cluster.pods if p.service == caller), "")
+    ref = next(
+        (
+            _ref(kind, o.namespace, o.name)
+            for kind in WORKLOADS
+            for o in cluster.of(kind)
+            if cluster.service_of(o) == caller
+        ),
+        _ref("Deployment", namespace, caller),
+    )
+    last = " ".join(lines[-1].split())[:200]
+    return KubeFinding(
+        component=caller,
+        component_type="workload",
+        object=ref,
+        sign="dials_unserved_port",
+        kind="config_change",
+        why=f"{caller} fails to connect to {target}:{port} ({len(lines)} lines), and {target} serves "
+        f"{', '.join(str(p) for p in sorted(served))}: {last}",
+        field="container log; spec.containers[].ports",
+    )
+
+
+def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> set[int]:
+    """The ports a component serves as the objects declare them: its Service's ports and its pods'
+    container ports and probe ports. Empty where none is declared (nothing to compare a dialled port with)."""
+    names = {p.name for p in pods}
+    served: set[object] = set()
+    for svc in cluster.of("Service"):
+        if svc.name == service:
+            served |= {p.get("port") for p in svc.spec.get("ports") or [] if isinstance(p, dict)}
+    for pod in cluster.of("Pod"):
+        if pod.name not in names:
+            continue
+        for c in pod.spec.get("containers") or []:
+            if not isinstance(c, dict):
+                continue
+            served |= {cp.get("containerPort") for cp in c.get("ports") or [] if isinstance(cp, dict)}
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                handler = c.get(probe)
+                for action in ("tcpSocket", "grpc", "httpGet") if isinstance(handler, dict) else ():
+                    served.add((handler.get(action) or {}).get("port"))
+    return {p for p in served if isinstance(p, int)}
