@@ -216,3 +216,12 @@ def test_a_component_whose_own_pods_say_why_it_was_unreachable_is_left_to_them(n
     said = {"web": ["connection refused: cart:8080"] * 10}
     since = since_onset(ONSET)
     assert unreachable_dependencies(cluster, analyze(cluster, since=since), said, since=since) == []
+
+
+def test_a_workload_its_probe_keeps_killing_is_named_though_it_looks_ready_between_the_kills() -> None:
+    """cart has its one replica ready at the read, but the kubelet killed it for a failed liveness
+    probe since onset, and its only pod restarted: the probe is what broke, and while it restarted
+    cart served nobody. search's kill the day before is not this incident."""
+    (f,) = findings("probe_kills_between_ready")
+    assert (f.component, f.sign, f.kind, f.field) == ("cart", "probe_kills", "probe_failure", "events[Killing].message")
+    assert f.affects == ["cart"] and "1/1 replicas ready" in f.why and "failed liveness probe" in f.why

@@ -220,6 +220,43 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
     return out
 
 
+def probe_killed_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Workloads whose containers the kubelet killed since onset because a liveness or startup probe
+    failed, though they have every replica ready at the read: a probe that fails on a container
+    that works (a wrong port, protocol or timing) kills it over and over, and between the kills it
+    looks ready. The Killing events and the restarts they caused show it. When every pod of it was
+    restarted so, it served nobody at those times: its callers' errors are its doing (``affects``).
+    The workloads short of ready replicas are :func:`unavailable_workloads`' finding."""
+    out = []
+    for kind in WORKLOADS:
+        for obj in cluster.of(kind):
+            desired, ready = _replicas(obj)
+            if desired is None or desired == 0 or ready < desired:
+                continue
+            service = cluster.service_of(obj)
+            kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
+            pods = [p for p in cluster.pods if p.service == service and p.namespace == obj.namespace]
+            restarted = [p for p in pods if _restarted(p, since)]
+            if not kills or not restarted:
+                continue
+            ref = _ref(kind, obj.namespace, obj.name)
+            out.append(
+                KubeFinding(
+                    component=service,
+                    component_type="workload",
+                    object=ref,
+                    sign="probe_kills",
+                    kind="probe_failure",
+                    why=f"{ref} {ready}/{desired} replicas ready, restarted by its probe: "
+                    f"{kills[0].object}: {kills[0].message[:160]}",
+                    field="events[Killing].message",
+                    affects=[service] if len(restarted) == len(pods) else [],
+                    at=kills[0].last_seen,
+                )
+            )
+    return out
+
+
 def _scheduler_silent(cluster: Cluster, lost: list[str], ref: str, unplaced: list[PodState]) -> list[KubeFinding]:
     """Pods Pending with no node, no scheduling condition and no FailedScheduling event: no scheduler
     has looked at them, so the control plane that runs it is what broke."""
@@ -394,7 +431,13 @@ def _not_ready(node: NodeState) -> bool:
 
 
 #: Every analyzer, run in order over one read of the cluster.
-ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, misrouted_services, nodes_not_ready)
+ANALYZERS: tuple[Analyzer, ...] = (
+    unavailable_workloads,
+    probe_killed_workloads,
+    scaled_to_zero,
+    misrouted_services,
+    nodes_not_ready,
+)
 
 
 def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
