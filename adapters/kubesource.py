@@ -17,7 +17,7 @@ import structlog
 
 from adapters.protocols import KubernetesReader, LogsReader
 from adapters.readers import LogQuery
-from opsagent.analysis.kube import analyze, explain_exits, unreachable_dependencies
+from opsagent.analysis.kube import analyze, exhausted_backends, explain_exits, unreachable_dependencies
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
@@ -127,21 +127,25 @@ class KubernetesState:
         return data.model_copy(update={"unread": unread}) if unread else data
 
     async def _explained(self, cluster: Cluster, findings: list[KubeFinding], *, since: datetime) -> list[KubeFinding]:
-        """The findings, each crash loop with what its containers' last lines say stops them, and the
-        components their callers' last lines say they cannot connect to while their pods are ready."""
+        """The findings, read with what the containers' last lines say: each crash loop with what stops
+        it, a backend that refuses its crash-looping callers for having too many connections in place
+        of their crash loops, and the components their callers cannot connect to while their pods are
+        ready."""
         if self._last_words is None:
             return findings
         at = self._now()
         looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
-        if looping:
-            said = await asyncio.gather(
-                *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
-            )
-            findings = explain_exits(findings, dict(zip(looping, said, strict=True)))
+        said = await asyncio.gather(
+            *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
+        )
+        last_words = dict(zip(looping, said, strict=True))
+        findings = explain_exits(findings, last_words)
         callers = sorted({p.service for p in cluster.pods if p.ready})
-        heard = await asyncio.gather(*(self._last_words(caller, frozenset(), at) for caller in callers))
-        heard_by = dict(zip(callers, heard, strict=True))
-        return [*findings, *unreachable_dependencies(cluster, findings, heard_by, since=since)]
+        heard = dict(
+            zip(callers, await asyncio.gather(*(self._last_words(c, frozenset(), at) for c in callers)), strict=True)
+        )
+        findings = exhausted_backends(cluster, findings, {**heard, **last_words})
+        return [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from opsagent.analysis.kube import MIN_FAILED_CONNECTS, analyze, explain_exits, unreachable_dependencies
+from opsagent.analysis.kube import (
+    MIN_FAILED_CONNECTS,
+    analyze,
+    exhausted_backends,
+    explain_exits,
+    unreachable_dependencies,
+)
 from opsagent.fixtures import KubeObject
 from opsagent.kubestate import Cluster, since_onset
 from opsagent.models import KubeFinding
@@ -225,3 +231,46 @@ def test_a_workload_its_probe_keeps_killing_is_named_though_it_looks_ready_betwe
     (f,) = findings("probe_kills_between_ready")
     assert (f.component, f.sign, f.kind, f.field) == ("cart", "probe_kills", "probe_failure", "events[Killing].message")
     assert f.affects == ["cart"] and "1/1 replicas ready" in f.why and "failed liveness probe" in f.why
+
+
+FULL = "java.sql.SQLNonTransientConnectionException: Too many connections"
+
+
+def _exhausted(said: dict[str, list[str]]) -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["pool_exhausted"])
+    return exhausted_backends(cluster, analyze(cluster, since=since_onset(ONSET)), said)
+
+
+def test_a_backend_that_refuses_its_crash_looping_callers_for_having_too_many_connections_is_named() -> None:
+    """orders and cart exit because the server refused them for having too many connections, and db,
+    ready, logs that refusal itself: db's connection limit is the broken thing, and the two crash
+    loops are under its affects rather than findings of their own."""
+    said = {
+        "orders": ["HikariPool-1 - Exception during pool initialization.", FULL, "Application run failed"],
+        "cart": [FULL, "Application run failed"],
+        "db": ["[Warning] Too many connections"] * MIN_FAILED_CONNECTS,
+        "search": ["query served"],
+    }
+    (f,) = _exhausted(said)
+    assert (f.component, f.object, f.sign, f.kind) == (
+        "db",
+        "StatefulSet/shop/db",
+        "refuses_connections",
+        "db_pool_exhaustion",
+    )
+    assert f.affects == ["cart", "orders"] and "Too many connections" in f.why
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # one caller's pool running dry is that caller's own fault
+        {"orders": [FULL], "cart": ["NullPointerException"], "db": ["[Warning] Too many connections"] * 10},
+        # no ready component logs the refusal: nothing names the backend
+        {"orders": [FULL], "cart": [FULL], "db": ["ready for connections"], "search": ["query served"]},
+        # two ready components log it as much: which one is full is not said
+        {"orders": [FULL], "cart": [FULL], "db": ["Too many connections"] * 6, "search": ["Too many connections"] * 6},
+    ],
+)
+def test_crash_loops_stand_where_no_single_backend_says_it_refuses_them(said: dict[str, list[str]]) -> None:
+    assert [(f.component, f.kind) for f in _exhausted(said)] == [("orders", "crash_loop"), ("cart", "crash_loop")]

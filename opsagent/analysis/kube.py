@@ -551,19 +551,24 @@ def _restarted(pod: PodState, since: datetime) -> bool:
     return any(c.restarts and (c.last_finished_at is None or c.last_finished_at >= since) for c in pod.containers)
 
 
-def _wrong_address(
-    cluster: Cluster, caller: str, target: str, port: int, served: set[int], lines: Sequence[str]
-) -> KubeFinding:
-    namespace = next((p.namespace for p in cluster.pods if p.service == caller), "")
-    ref = next(
+def _workload_ref(cluster: Cluster, service: str) -> str:
+    """The workload object of a component, as a finding names it (a Deployment of its name when none is read)."""
+    namespace = next((p.namespace for p in cluster.pods if p.service == service), "")
+    return next(
         (
             _ref(kind, o.namespace, o.name)
             for kind in WORKLOADS
             for o in cluster.of(kind)
-            if cluster.service_of(o) == caller
+            if cluster.service_of(o) == service
         ),
-        _ref("Deployment", namespace, caller),
+        _ref("Deployment", namespace, service),
     )
+
+
+def _wrong_address(
+    cluster: Cluster, caller: str, target: str, port: int, served: set[int], lines: Sequence[str]
+) -> KubeFinding:
+    ref = _workload_ref(cluster, caller)
     last = " ".join(lines[-1].split())[:200]
     return KubeFinding(
         component=caller,
@@ -597,3 +602,56 @@ def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> s
                 for action in ("tcpSocket", "grpc", "httpGet") if isinstance(handler, dict) else ():
                     served.add((handler.get(action) or {}).get("port"))
     return {p for p in served if isinstance(p, int)}
+
+
+#: The keyword family of a backend that refuses new connections because it has as many as it allows
+#: (``Too many connections``): its callers' last words and its own log both say it.
+EXHAUSTION = "pool"
+#: Crash-looping workloads whose last words name the exhaustion before a backend is looked for: one
+#: caller's own pool running dry is that caller's fault.
+MIN_EXHAUSTED_CALLERS = 2
+
+
+def exhausted_backends(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]]
+) -> list[KubeFinding]:
+    """The findings, with the backend that refuses connections for having too many named in place of
+    the crash loops it causes (``said``: the last lines per component). Several workloads exit
+    because a server refused them a connection for being full, and one component whose pods are
+    ready logs that very refusal itself, more than any other: that component's connection limit is
+    what broke, and the crash-looping callers are under its ``affects`` (as a node that is down
+    stands for the workloads on it). Where no single component logs it, the crash loops stand."""
+    victims = [
+        f
+        for f in findings
+        if f.kind == "crash_loop" and any(EXHAUSTION in families_of(line) for line in said.get(f.component, ()))
+    ]
+    if len({f.component for f in victims}) < MIN_EXHAUSTED_CALLERS:
+        return list(findings)
+    looping = {f.component for f in findings}
+    ready = {p.service for p in cluster.pods if p.ready} - looping
+    told = {
+        c: [line for line in lines if EXHAUSTION in families_of(line)]
+        for c, lines in sorted(said.items())
+        if c in ready
+    }
+    ranked = sorted(((len(lines), c) for c, lines in told.items() if len(lines) >= MIN_FAILED_CONNECTS), reverse=True)
+    if not ranked or (len(ranked) > 1 and ranked[0][0] == ranked[1][0]):
+        return list(findings)
+    count, backend = ranked[0]
+    ref = _workload_ref(cluster, backend)
+    callers = sorted({f.component for f in victims})
+    said_line = " ".join(told[backend][-1].split())[:200]
+    found = KubeFinding(
+        component=backend,
+        component_type="workload",
+        object=ref,
+        sign="refuses_connections",
+        kind="db_pool_exhaustion",
+        why=f"{len(callers)} workloads exit because a server refused them a connection for having too many "
+        f"({', '.join(callers[:5])}{', …' if len(callers) > 5 else ''}), and {backend}, ready, logs that refusal "
+        f"({count} of its last lines): {said_line}",
+        field="container log",
+        affects=callers,
+    )
+    return [*(f for f in findings if f not in victims), found]
