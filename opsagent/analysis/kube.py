@@ -515,7 +515,7 @@ def unreachable_dependencies(
             for host, port in sorted({(h.lower(), int(p)) for h, p in ADDRESS.findall(line)}):
                 if host in serving and host != caller:
                     failed.setdefault((host, port), {}).setdefault(caller, []).append(line)
-    out = []
+    out: list[KubeFinding] = []
     for (target, port), by_caller in sorted(failed.items()):
         served = _served_ports(cluster, target, pods[target])
         if served and port not in served:  # each caller that dials it was given a wrong address
@@ -599,8 +599,11 @@ def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> s
             served |= {cp.get("containerPort") for cp in c.get("ports") or [] if isinstance(cp, dict)}
             for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                 handler = c.get(probe)
-                for action in ("tcpSocket", "grpc", "httpGet") if isinstance(handler, dict) else ():
-                    served.add((handler.get(action) or {}).get("port"))
+                if not isinstance(handler, dict):
+                    continue
+                for action in ("tcpSocket", "grpc", "httpGet"):
+                    target = handler.get(action)
+                    served.add(target.get("port") if isinstance(target, dict) else None)
     return {p for p in served if isinstance(p, int)}
 
 
