@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from opsagent.analysis.kube import analyze, explain_exits
+from opsagent.analysis.kube import (
+    MIN_FAILED_CONNECTS,
+    analyze,
+    exhausted_backends,
+    explain_exits,
+    unreachable_dependencies,
+)
 from opsagent.fixtures import KubeObject
 from opsagent.kubestate import Cluster, since_onset
 from opsagent.models import KubeFinding
@@ -158,3 +164,113 @@ def test_a_workload_short_handed_but_still_serving_takes_no_service_down() -> No
     (f,) = findings("short_handed")
     assert (f.component, f.sign, f.kind) == ("cart", "unschedulable", "scheduling_failure")
     assert "Insufficient memory" in f.why and f.affects == []
+
+
+def _cannot_connect(said: dict[str, list[str]]) -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect"])
+    since = since_onset(ONSET)
+    return unreachable_dependencies(cluster, analyze(cluster, since=since), said, since=since)
+
+
+def test_a_component_its_callers_cannot_reach_while_its_pods_are_ready_is_a_service_that_routes_nowhere() -> None:
+    """web cannot connect to cart on the port cart's pods serve, and cart's pods are ready: nothing in
+    cart's pods is broken, so the route to them is (its Service), and web only reports it."""
+    line = "RedisConnectionException: UnableToConnect on cart.shop.svc.cluster.local:6379/Interactive"
+    (f,) = _cannot_connect({"web": ["GET /cart", line] * MIN_FAILED_CONNECTS, "cart": [], "orders": []})
+    assert (f.component, f.component_type, f.object) == ("cart", "service", "Service/shop/cart")
+    assert (f.sign, f.kind, f.affects) == ("unreachable_while_ready", "config_change", ["cart"])
+    assert "web cannot connect to cart:6379" in f.why and "UnableToConnect" in f.why
+
+
+def test_a_caller_that_dials_a_port_its_dependency_does_not_serve_has_the_wrong_address() -> None:
+    line = "UnableToConnect on cart:6380/Interactive, Initializing/NotStarted"
+    (f,) = _cannot_connect({"web": [line] * MIN_FAILED_CONNECTS})
+    assert (f.component, f.component_type, f.sign, f.kind) == (
+        "web",
+        "workload",
+        "dials_unserved_port",
+        "config_change",
+    )
+    assert f.affects == [] and "cart serves 6379" in f.why
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a restart's blip: fewer failed connects than the rule asks for
+        {"web": ["dial tcp orders:9000: connect: connection refused"] * (MIN_FAILED_CONNECTS - 1)},
+        # the address is named, but the line says nothing failed
+        {"web": ["connected to orders:9000"] * 10},
+        # a host that is no component of the read (outside the cluster), and a component naming itself
+        {
+            "web": ["connect timed out: payments.example.com:443"] * 10,
+            "orders": ["connection refused orders:9000"] * 10,
+        },
+    ],
+)
+def test_callers_that_do_not_keep_failing_to_reach_a_component_of_the_read_name_nothing(
+    said: dict[str, list[str]],
+) -> None:
+    assert _cannot_connect(said) == []
+
+
+@pytest.mark.parametrize("name", ["crash_loop", "recovered"])
+def test_a_component_whose_own_pods_say_why_it_was_unreachable_is_left_to_them(name: str) -> None:
+    """cart's pods crash-loop, or restarted after the onset and are ready again: callers that could
+    not connect to it meanwhile add nothing; the pods' own state is the evidence."""
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
+    said = {"web": ["connection refused: cart:8080"] * 10}
+    since = since_onset(ONSET)
+    assert unreachable_dependencies(cluster, analyze(cluster, since=since), said, since=since) == []
+
+
+def test_a_workload_its_probe_keeps_killing_is_named_though_it_looks_ready_between_the_kills() -> None:
+    """cart has its one replica ready at the read, but the kubelet killed it for a failed liveness
+    probe since onset, and its only pod restarted: the probe is what broke, and while it restarted
+    cart served nobody. search's kill the day before is not this incident."""
+    (f,) = findings("probe_kills_between_ready")
+    assert (f.component, f.sign, f.kind, f.field) == ("cart", "probe_kills", "probe_failure", "events[Killing].message")
+    assert f.affects == ["cart"] and "1/1 replicas ready" in f.why and "failed liveness probe" in f.why
+
+
+FULL = "java.sql.SQLNonTransientConnectionException: Too many connections"
+
+
+def _exhausted(said: dict[str, list[str]]) -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["pool_exhausted"])
+    return exhausted_backends(cluster, analyze(cluster, since=since_onset(ONSET)), said)
+
+
+def test_a_backend_that_refuses_its_crash_looping_callers_for_having_too_many_connections_is_named() -> None:
+    """orders and cart exit because the server refused them for having too many connections, and db,
+    ready, logs that refusal itself: db's connection limit is the broken thing, and the two crash
+    loops are under its affects rather than findings of their own."""
+    said = {
+        "orders": ["HikariPool-1 - Exception during pool initialization.", FULL, "Application run failed"],
+        "cart": [FULL, "Application run failed"],
+        "db": ["[Warning] Too many connections"] * MIN_FAILED_CONNECTS,
+        "search": ["query served"],
+    }
+    (f,) = _exhausted(said)
+    assert (f.component, f.object, f.sign, f.kind) == (
+        "db",
+        "StatefulSet/shop/db",
+        "refuses_connections",
+        "db_pool_exhaustion",
+    )
+    assert f.affects == ["cart", "orders"] and "Too many connections" in f.why
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # one caller's pool running dry is that caller's own fault
+        {"orders": [FULL], "cart": ["NullPointerException"], "db": ["[Warning] Too many connections"] * 10},
+        # no ready component logs the refusal: nothing names the backend
+        {"orders": [FULL], "cart": [FULL], "db": ["ready for connections"], "search": ["query served"]},
+        # two ready components log it as much: which one is full is not said
+        {"orders": [FULL], "cart": [FULL], "db": ["Too many connections"] * 6, "search": ["Too many connections"] * 6},
+    ],
+)
+def test_crash_loops_stand_where_no_single_backend_says_it_refuses_them(said: dict[str, list[str]]) -> None:
+    assert [(f.component, f.kind) for f in _exhausted(said)] == [("orders", "crash_loop"), ("cart", "crash_loop")]

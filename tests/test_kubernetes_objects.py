@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from opsagent import ranking
 from opsagent.fixtures import Edge
 from opsagent.models import KubernetesData
@@ -79,3 +81,30 @@ def test_a_service_whose_selector_matches_no_pod_outranks_the_caller_that_report
         "selector_matches_nothing",
         "spec.selector",
     )
+
+
+DNS_EXIT = Path(__file__).parent / "data" / "kube" / "dns-exit-incident"
+UNREACHABLE = Path(__file__).parent / "data" / "kube" / "unreachable-incident"
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "react"])
+def test_every_strategy_names_the_kind_the_broken_object_names(strategy: str) -> None:
+    """orders crash-loops and its last lines say orders-db does not resolve: the finding points to a
+    DNS fault. react, which chases one signal at a time, reads the finding whole (broken, how, and
+    the kind it points to), so it names the DNS fault as hybrid does, not a bare crash loop."""
+    report, _ = asyncio.run(investigate_fixture(DNS_EXIT, playbooks=PLAYBOOKS, strategy_name=strategy))
+    first = report.suspects[0]
+    assert (first.component, first.kind) == ("orders", "dns_failure")
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "react"])
+def test_a_service_its_callers_cannot_reach_while_its_pods_are_ready_outranks_the_callers(strategy: str) -> None:
+    """No Service object in the recording; cart's pod is ready; web's log says it cannot connect to
+    cart on the port cart serves. cart (its Service) is named, and web, which reports it, is not first."""
+    report, _ = asyncio.run(investigate_fixture(UNREACHABLE, playbooks=PLAYBOOKS, strategy_name=strategy))
+    first = report.suspects[0]
+    assert (first.component, first.kind) == ("cart", "config_change")
+    reads = [o.data for o in report.observations if isinstance(o.data, KubernetesData) and o.data.findings]
+    (finding,) = reads[0].findings
+    assert (finding.object, finding.sign) == ("Service/shop/cart", "unreachable_while_ready")
+    assert "web cannot connect to cart:6379" in finding.why

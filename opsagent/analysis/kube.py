@@ -60,6 +60,19 @@ EXIT_CAUSES: tuple[tuple[str, str], ...] = (
     ("refused", "config_change"),
 )
 
+#: A line that says a connection to an address could not be made (the address is on the same line).
+CONNECT_FAILED = re.compile(
+    r"unable ?to ?connect|(?:failed|could not|couldn't|can ?not|cannot) (?:to )?connect|connection refused"
+    r"|ECONNREFUSED|connect(?:ion)? timed? ?out|no route to host",
+    re.I,
+)
+#: ``host:port`` in a line: the host's first label (``cart`` of ``cart.shop.svc.cluster.local:6379``) and the
+#: port. A scheme (``http://``) or a path before it is allowed; an IP address is not a host (a ClusterIP
+#: is not in the read, so it names no component).
+ADDRESS = re.compile(r"(?<![\w.-])([a-z][a-z0-9-]*)(?:\.[a-z0-9-]+)*:(\d{2,5})\b", re.I)
+#: Lines of a caller that fail to reach one address before it counts: a restart's blip is one or two.
+MIN_FAILED_CONNECTS = 5
+
 Analyzer = Callable[[Cluster, datetime], list[KubeFinding]]
 
 
@@ -202,6 +215,43 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                     why=f"{ref} {shortfall}: {why}",
                     field=field,
                     affects=lost,
+                )
+            )
+    return out
+
+
+def probe_killed_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding]:
+    """Workloads whose containers the kubelet killed since onset because a liveness or startup probe
+    failed, though they have every replica ready at the read: a probe that fails on a container
+    that works (a wrong port, protocol or timing) kills it over and over, and between the kills it
+    looks ready. The Killing events and the restarts they caused show it. When every pod of it was
+    restarted so, it served nobody at those times: its callers' errors are its doing (``affects``).
+    The workloads short of ready replicas are :func:`unavailable_workloads`' finding."""
+    out = []
+    for kind in WORKLOADS:
+        for obj in cluster.of(kind):
+            desired, ready = _replicas(obj)
+            if desired is None or desired == 0 or ready < desired:
+                continue
+            service = cluster.service_of(obj)
+            kills = [e for e in _events(cluster, service, "Killing", since) if PROBE_KILL.search(e.message)]
+            pods = [p for p in cluster.pods if p.service == service and p.namespace == obj.namespace]
+            restarted = [p for p in pods if _restarted(p, since)]
+            if not kills or not restarted:
+                continue
+            ref = _ref(kind, obj.namespace, obj.name)
+            out.append(
+                KubeFinding(
+                    component=service,
+                    component_type="workload",
+                    object=ref,
+                    sign="probe_kills",
+                    kind="probe_failure",
+                    why=f"{ref} {ready}/{desired} replicas ready, restarted by its probe: "
+                    f"{kills[0].object}: {kills[0].message[:160]}",
+                    field="events[Killing].message",
+                    affects=[service] if len(restarted) == len(pods) else [],
+                    at=kills[0].last_seen,
                 )
             )
     return out
@@ -381,7 +431,13 @@ def _not_ready(node: NodeState) -> bool:
 
 
 #: Every analyzer, run in order over one read of the cluster.
-ANALYZERS: tuple[Analyzer, ...] = (unavailable_workloads, scaled_to_zero, misrouted_services, nodes_not_ready)
+ANALYZERS: tuple[Analyzer, ...] = (
+    unavailable_workloads,
+    probe_killed_workloads,
+    scaled_to_zero,
+    misrouted_services,
+    nodes_not_ready,
+)
 
 
 def analyze(cluster: Cluster, *, since: datetime) -> list[KubeFinding]:
@@ -427,3 +483,178 @@ def explain_exits(findings: Sequence[KubeFinding], last_words: Mapping[str, Sequ
             )
         out.append(f)
     return out
+
+
+def unreachable_dependencies(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]], *, since: datetime
+) -> list[KubeFinding]:
+    """Components their callers cannot connect to while every pod of theirs is Running and ready
+    (``said``: the last lines per caller). The object graph then holds the cause, not the pods: a
+    caller that dials a port the component's pods and Service do not serve was given a wrong
+    address (the caller's configuration is what broke); a caller that dials a port they do serve
+    finds no route to healthy pods (the component's Service is what broke: its selector, port or
+    protocol). A component another finding already explains (not ready, on a node that is down)
+    is left to that finding, and so is one whose containers restarted since ``since``: callers
+    failed to reach it while it was down, and it is up again."""
+    explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
+    down = {n.name for n in cluster.nodes() if _not_ready(n)}
+    pods: dict[str, list[PodState]] = {}
+    for p in cluster.pods:
+        pods.setdefault(p.service, []).append(p)
+    serving = {
+        service
+        for service, own in pods.items()
+        if service not in explained
+        and all(p.phase == "Running" and p.ready and p.node not in down and not _restarted(p, since) for p in own)
+    }
+    failed: dict[tuple[str, int], dict[str, list[str]]] = {}
+    for caller, lines in sorted(said.items()):
+        for line in lines:
+            if CONNECT_FAILED.search(line) is None:
+                continue
+            for host, port in sorted({(h.lower(), int(p)) for h, p in ADDRESS.findall(line)}):
+                if host in serving and host != caller:
+                    failed.setdefault((host, port), {}).setdefault(caller, []).append(line)
+    out: list[KubeFinding] = []
+    for (target, port), by_caller in sorted(failed.items()):
+        served = _served_ports(cluster, target, pods[target])
+        if served and port not in served:  # each caller that dials it was given a wrong address
+            out.extend(
+                _wrong_address(cluster, caller, target, port, served, lines)
+                for caller, lines in by_caller.items()
+                if len(lines) >= MIN_FAILED_CONNECTS
+            )
+            continue
+        count = sum(len(lines) for lines in by_caller.values())
+        if count < MIN_FAILED_CONNECTS:
+            continue
+        ref = _ref("Service", pods[target][0].namespace, target)
+        last = " ".join(next(iter(by_caller.values()))[-1].split())[:200]
+        out.append(
+            KubeFinding(
+                component=target,
+                component_type="service",
+                object=ref,
+                sign="unreachable_while_ready",
+                kind="config_change",
+                why=f"{', '.join(by_caller)} cannot connect to {target}:{port} ({count} lines) while every pod "
+                f"of {target} is Running and ready: {ref} does not route to them: {last}",
+                field="callers' container log; status.conditions[Ready]",
+                affects=[target],
+            )
+        )
+    return out
+
+
+def _restarted(pod: PodState, since: datetime) -> bool:
+    """Whether a container of the pod ended and restarted since then (or at a time it does not say)."""
+    return any(c.restarts and (c.last_finished_at is None or c.last_finished_at >= since) for c in pod.containers)
+
+
+def _workload_ref(cluster: Cluster, service: str) -> str:
+    """The workload object of a component, as a finding names it (a Deployment of its name when none is read)."""
+    namespace = next((p.namespace for p in cluster.pods if p.service == service), "")
+    return next(
+        (
+            _ref(kind, o.namespace, o.name)
+            for kind in WORKLOADS
+            for o in cluster.of(kind)
+            if cluster.service_of(o) == service
+        ),
+        _ref("Deployment", namespace, service),
+    )
+
+
+def _wrong_address(
+    cluster: Cluster, caller: str, target: str, port: int, served: set[int], lines: Sequence[str]
+) -> KubeFinding:
+    ref = _workload_ref(cluster, caller)
+    last = " ".join(lines[-1].split())[:200]
+    return KubeFinding(
+        component=caller,
+        component_type="workload",
+        object=ref,
+        sign="dials_unserved_port",
+        kind="config_change",
+        why=f"{caller} fails to connect to {target}:{port} ({len(lines)} lines), and {target} serves "
+        f"{', '.join(str(p) for p in sorted(served))}: {last}",
+        field="container log; spec.containers[].ports",
+    )
+
+
+def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> set[int]:
+    """The ports a component serves as the objects declare them: its Service's ports and its pods'
+    container ports and probe ports. Empty where none is declared (nothing to compare a dialled port with)."""
+    names = {p.name for p in pods}
+    served: set[object] = set()
+    for svc in cluster.of("Service"):
+        if svc.name == service:
+            served |= {p.get("port") for p in svc.spec.get("ports") or [] if isinstance(p, dict)}
+    for pod in cluster.of("Pod"):
+        if pod.name not in names:
+            continue
+        for c in pod.spec.get("containers") or []:
+            if not isinstance(c, dict):
+                continue
+            served |= {cp.get("containerPort") for cp in c.get("ports") or [] if isinstance(cp, dict)}
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                handler = c.get(probe)
+                if not isinstance(handler, dict):
+                    continue
+                for action in ("tcpSocket", "grpc", "httpGet"):
+                    target = handler.get(action)
+                    served.add(target.get("port") if isinstance(target, dict) else None)
+    return {p for p in served if isinstance(p, int)}
+
+
+#: The keyword family of a backend that refuses new connections because it has as many as it allows
+#: (``Too many connections``): its callers' last words and its own log both say it.
+EXHAUSTION = "pool"
+#: Crash-looping workloads whose last words name the exhaustion before a backend is looked for: one
+#: caller's own pool running dry is that caller's fault.
+MIN_EXHAUSTED_CALLERS = 2
+
+
+def exhausted_backends(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]]
+) -> list[KubeFinding]:
+    """The findings, with the backend that refuses connections for having too many named in place of
+    the crash loops it causes (``said``: the last lines per component). Several workloads exit
+    because a server refused them a connection for being full, and one component whose pods are
+    ready logs that very refusal itself, more than any other: that component's connection limit is
+    what broke, and the crash-looping callers are under its ``affects`` (as a node that is down
+    stands for the workloads on it). Where no single component logs it, the crash loops stand."""
+    victims = [
+        f
+        for f in findings
+        if f.kind == "crash_loop" and any(EXHAUSTION in families_of(line) for line in said.get(f.component, ()))
+    ]
+    if len({f.component for f in victims}) < MIN_EXHAUSTED_CALLERS:
+        return list(findings)
+    looping = {f.component for f in findings}
+    ready = {p.service for p in cluster.pods if p.ready} - looping
+    told = {
+        c: [line for line in lines if EXHAUSTION in families_of(line)]
+        for c, lines in sorted(said.items())
+        if c in ready
+    }
+    ranked = sorted(((len(lines), c) for c, lines in told.items() if len(lines) >= MIN_FAILED_CONNECTS), reverse=True)
+    if not ranked or (len(ranked) > 1 and ranked[0][0] == ranked[1][0]):
+        return list(findings)
+    count, backend = ranked[0]
+    ref = _workload_ref(cluster, backend)
+    callers = sorted({f.component for f in victims})
+    said_line = " ".join(told[backend][-1].split())[:200]
+    found = KubeFinding(
+        component=backend,
+        component_type="workload",
+        object=ref,
+        sign="refuses_connections",
+        kind="db_pool_exhaustion",
+        why=f"{len(callers)} workloads exit because a server refused them a connection for having too many "
+        f"({', '.join(callers[:5])}{', …' if len(callers) > 5 else ''}), and {backend}, ready, logs that refusal "
+        f"({count} of its last lines): {said_line}",
+        field="container log",
+        affects=callers,
+    )
+    return [*(f for f in findings if f not in victims), found]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from opsagent.analysis.kube import analyze, explain_exits
+from opsagent.analysis.kube import analyze, exhausted_backends, explain_exits, unreachable_dependencies
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
@@ -121,20 +121,31 @@ class KubernetesState:
         cluster, at, unread = await self.cluster()
         data = pods_view(cluster, service=service, since=since_onset(incident.onset), read_at=at)
         if service is None:  # the whole cluster's read: which objects are broken, and why
-            findings = await self._explained(cluster, analyze(cluster, since=since_onset(incident.onset)))
+            since = since_onset(incident.onset)
+            findings = await self._explained(cluster, analyze(cluster, since=since), since=since)
             data = data.model_copy(update={"findings": findings})
         return data.model_copy(update={"unread": unread}) if unread else data
 
-    async def _explained(self, cluster: Cluster, findings: list[KubeFinding]) -> list[KubeFinding]:
-        """The findings, each crash loop with what its containers' last lines say stops them."""
-        looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
-        if self._last_words is None or not looping:
+    async def _explained(self, cluster: Cluster, findings: list[KubeFinding], *, since: datetime) -> list[KubeFinding]:
+        """The findings, read with what the containers' last lines say: each crash loop with what stops
+        it, a backend that refuses its crash-looping callers for having too many connections in place
+        of their crash loops, and the components their callers cannot connect to while their pods are
+        ready."""
+        if self._last_words is None:
             return findings
         at = self._now()
+        looping = sorted({f.component for f in findings if f.kind == "crash_loop"})
         said = await asyncio.gather(
             *(self._last_words(component, _exiting(cluster, component), at) for component in looping)
         )
-        return explain_exits(findings, dict(zip(looping, said, strict=True)))
+        last_words = dict(zip(looping, said, strict=True))
+        findings = explain_exits(findings, last_words)
+        callers = sorted({p.service for p in cluster.pods if p.ready})
+        heard = dict(
+            zip(callers, await asyncio.gather(*(self._last_words(c, frozenset(), at) for c in callers)), strict=True)
+        )
+        findings = exhausted_backends(cluster, findings, {**heard, **last_words})
+        return [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()

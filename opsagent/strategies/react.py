@@ -127,10 +127,19 @@ async def _next_loudest(
         comp = found.profile(component)
         if comp is None:
             continue
-        single = comp.model_copy(update={"features": {feature: comp.features[feature]}, "score": 1.0})
+        single = comp.model_copy(update={"features": _signal(comp.features, feature), "score": 1.0})
         narrow = Triage(graph=found.graph, components=[single], observation_ids=[], source_kinds=found.source_kinds)
         options = reasoner.propose(incident, narrow, k=3, lessons=[], exclude=chased)
         for option in options:
             if (option.kind, option.component) not in avoid:
                 return option
     return None
+
+
+def _signal(features: dict[str, float], feature: str) -> dict[str, float]:
+    """The one signal a feature belongs to. A broken object's finding is one signal, read whole: that
+    the object is broken (``kube:broken``), how (``kube:<sign>``) and the kind it points to
+    (``kube:points_to:<kind>``) come together, so the greedy reader names the kind the object names."""
+    if feature.startswith("kube:"):
+        return {f: v for f, v in features.items() if f.startswith("kube:")}
+    return {feature: features[feature]}
