@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from opsagent.pipeline import investigate_fixture
 from opsagent.service.app import create_app
 from opsagent.service.notifier import (
     IDEMPOTENCY_HEADER,
+    SINK_ANSWER_BYTES,
     SLACK_POST,
     Delivery,
     SlackNotifier,
@@ -166,6 +168,27 @@ def test_a_sink_that_does_not_answer_within_the_timeout_is_tried_again() -> None
     sink = WebhookNotifier(ROUTER, transport=httpx.MockTransport(stalls), timeout_s=0.05)
     delivery = deliver(sink, record())
     assert delivery.outcome == "retry" and delivery.problem == "no answer within 0.05 s"
+
+
+def test_a_sink_that_answers_200_mb_is_not_read_past_a_megabyte_and_is_tried_again() -> None:
+    sent = {"bytes": 0}
+
+    async def endless_answer() -> AsyncIterator[bytes]:
+        for _ in range(200):  # 200 MB if read to the end
+            sent["bytes"] += 1 << 20
+            yield b"x" * (1 << 20)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless_answer())
+
+    for sink in (
+        WebhookNotifier(ROUTER, transport=httpx.MockTransport(handler)),
+        SlackNotifier(token="xoxb-t", channel="#oncall", transport=httpx.MockTransport(handler)),
+    ):
+        sent["bytes"] = 0
+        delivery = deliver(sink, record())
+        assert delivery == Delivery(outcome="retry", problem=f"an answer longer than {SINK_ANSWER_BYTES:,} bytes")
+        assert sent["bytes"] <= SINK_ANSWER_BYTES + (2 << 20)  # stopped at the cap, not at 200 MB
 
 
 def test_slack_through_the_web_api_replies_in_the_thread_of_the_incidents_first_post() -> None:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from opsagent.models import Report
 from opsagent.retrying import RETRYABLE_STATUS, retry_after
 from opsagent.settings import Settings
+from opsagent.sizecap import BodyTooLarge, size_cap
 from opsagent.store import IncidentRecord
 from opsagent.store.outbox import OutboxEvent, notification_key
 
@@ -48,6 +49,9 @@ TOP_EVIDENCE = 3
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: Slack's Web API method that posts a message and answers with its ``ts``.
 SLACK_POST = "https://slack.com/api/chat.postMessage"
+#: The most a sink's answer may hold: Slack's is a few hundred bytes, a router's an acknowledgement.
+#: A longer one is not read (:mod:`opsagent.sizecap`) and counts as an answer that never came.
+SINK_ANSWER_BYTES = 1024 * 1024
 #: Slack Web API errors (HTTP 200, ``ok: false``) another attempt may get past; the rest are refusals.
 SLACK_TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 
@@ -288,7 +292,12 @@ class _Poster:
         self._url = url
         self.public_url = public_url
         self.timeout_s = timeout_s
-        self._client = httpx.AsyncClient(transport=transport, timeout=timeout_s, headers=headers)
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            timeout=timeout_s,
+            headers=headers,
+            event_hooks={"response": [size_cap(SINK_ANSWER_BYTES)]},
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url=<secret>)"
@@ -312,6 +321,8 @@ class _Poster:
             return Delivery(outcome="retry", problem=f"no answer within {self.timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Delivery(outcome="retry", problem=type(exc).__name__)
+        except BodyTooLarge:  # its answer unread, as if it had never come: the same key goes again
+            return Delivery(outcome="retry", problem=f"an answer longer than {SINK_ANSWER_BYTES:,} bytes")
         if response.is_success:
             return self.answered(response)
         problem = f"HTTP {response.status_code}"
