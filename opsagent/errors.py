@@ -64,22 +64,29 @@ class Problem:
         return f"{where}{at}: {self.message}"
 
 
+def _listing(what: str, problems: list[Problem]) -> str:
+    """One problem on one line (``invalid alert: --at: …``); several, one a line under the heading."""
+    if len(problems) == 1:
+        return f"{what}: {problems[0]}"
+    return f"{what}:\n" + "\n".join(f"  {p}" for p in problems)
+
+
 class PlaybookError(UserError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        super().__init__("invalid playbook:\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__(_listing("invalid playbook", problems))
 
 
 class FixtureError(UserError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        super().__init__("invalid recorded incident:\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__(_listing("invalid recorded incident", problems))
 
 
 class AlertError(UserError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
-        super().__init__("invalid alert:\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__(_listing("invalid alert", problems))
 
 
 class SourceError(OpsAgentError):

@@ -25,7 +25,7 @@ from kr8s.asyncio.objects import Pod
 
 from adapters.boundary import mapped_by
 from adapters.config import open_live_sources
-from adapters.kubernetes.reader import ERRORS, KubernetesReader, open_api, refuse_unless_read, scrub
+from adapters.kubernetes.reader import ERRORS, MAX_EMPTY_PAGES, KubernetesReader, open_api, refuse_unless_read, scrub
 from adapters.sourceconfig import SourcesConfig
 from opsagent.errors import AnswerTooLarge, NotReadOnly, SourceAuthFailed
 from opsagent.features import profiles_from
@@ -617,6 +617,68 @@ def test_a_list_that_never_ends_stops_at_the_page_cap_and_is_named_as_read_in_pa
     assert data.pods  # what the first pages held is still used
     pods_unread = [u for u in data.unread if u.startswith("Pod:")]
     assert pods_unread and "stopped at 5 pages" in pods_unread[0] and "had not ended" in pods_unread[0]
+
+
+def test_a_list_of_empty_pages_that_never_ends_is_stopped_after_ten_and_what_it_held_is_used(
+    recorded: Any, kubeconfig: Path
+) -> None:
+    recording, _ = recorded
+    incident = _incident(recording)
+    fake = EndlessCluster(recording.kubernetes, page=1000, no_rollouts=True)
+
+    async def go(cluster: FakeCluster) -> KubernetesData:
+        with respx.mock(assert_all_called=False) as router:
+            cluster.install(router, SERVER)
+            reader = _reader(kubeconfig)  # the default caps: 200 pages, 32 MiB
+            try:
+                return await KubernetesState(reader).pods(incident=incident, service=None)
+            finally:
+                await reader.aclose()
+
+    data = asyncio.run(go(fake))
+    whole = asyncio.run(go(FakeCluster(recording.kubernetes, page=1000, no_rollouts=True)))
+    asked: dict[str, int] = {}
+    for r in fake.requests:
+        if "/version" not in r.url.path and "rollouts" not in r.url.path:
+            asked[r.url.path] = asked.get(r.url.path, 0) + 1
+    # eight kinds, each its first page and then ten empty ones that still said "continue" (a kind
+    # the cluster has none of: ten empty pages in all)
+    assert len(asked) == 8 and set(asked.values()) <= {MAX_EMPTY_PAGES, 1 + MAX_EMPTY_PAGES}, asked
+    assert asked["/api/v1/pods"] == 1 + MAX_EMPTY_PAGES
+    assert data.pods and data.pods == whole.pods  # the first page held every pod: all of it used
+    (pods_unread,) = [u for u in data.unread if u.startswith("Pod:")]
+    assert "stopped at 10 empty pages in a row (the list had not ended)" in pods_unread
+
+
+def test_a_continue_token_sent_back_twice_stops_the_list_instead_of_reading_it_again(
+    recorded: Any, kubeconfig: Path
+) -> None:
+    recording, _ = recorded
+    fake = FakeCluster(recording.kubernetes, page=2)
+    pods = [o for o in recording.kubernetes if o.kind == "Pod"]
+
+    def looping(request: httpx.Request) -> httpx.Response:
+        response = fake.answer(request)
+        body = json.loads(response.content)
+        if response.status_code == 200 and "items" in body:
+            body["metadata"]["continue"] = "2"  # a proxy that hands out one token forever
+        return httpx.Response(response.status_code, json=body)
+
+    async def go() -> AnswerTooLarge:
+        with respx.mock(assert_all_called=False) as router:
+            router.route(host=httpx.URL(SERVER).host).mock(side_effect=looping)
+            reader = _reader(kubeconfig)
+            try:
+                with pytest.raises(AnswerTooLarge) as raised:
+                    await reader.objects(kind="Pod")
+                return raised.value
+            finally:
+                await reader.aclose()
+
+    error = asyncio.run(go())
+    assert "stopped at a continue token sent twice" in str(error)
+    assert len(error.partial) == min(4, len(pods))  # two pages of two: the second asked for once only
+    assert sum("continue" in r.url.params for r in fake.requests) == 1
 
 
 def test_an_answer_past_the_byte_cap_is_stopped_while_it_streams_in(recorded: Any, kubeconfig: Path) -> None:

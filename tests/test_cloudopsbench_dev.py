@@ -15,10 +15,13 @@ from opsagent.models import Report
 from opsagent.pipeline import investigate_recording
 from opsagent.plan import load_default_playbooks
 from opsagent.scoreboard import IncidentScore, score
-from tests.conftest import ROOT
+from tests.conftest import HANG_GUARD_S, ROOT
 
 DATASET = ROOT.parent / "shared" / "datasets" / "cloudopsbench-dev"
-pytestmark = pytest.mark.skipif(not DATASET.is_dir(), reason="../shared/datasets/cloudopsbench-dev is not here")
+pytestmark = [  # its shared replay of the data set passed the suite's 300 s beside two CPU hogs
+    pytest.mark.skipif(not DATASET.is_dir(), reason="../shared/datasets/cloudopsbench-dev is not here"),
+    pytest.mark.timeout(HANG_GUARD_S),
+]
 
 #: Component AC@1 floors per system (the slug's middle part), a little under what hybrid measured
 #: (benchmarks/rca_bench.py --sets cloudopsbench: ob 0.84, tt 0.75; before this work 0.36 and 0.49).

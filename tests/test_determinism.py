@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INCIDENTS, ROOT
+from tests.conftest import HANG_GUARD_S, INCIDENTS, ROOT
 
 SHARED = ROOT.parent / "shared" / "datasets" / "rca-dev"
 
@@ -34,12 +34,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-#: These tests replay a whole corpus twice: minutes on a quiet machine, many more on a busy one. What
-#: they check does not depend on how long that takes, so they are held to no time but a guard
-#: against a hang (the suite's 300 s would fail them on a busy machine, as it did).
-HANG_GUARD_S = 3 * 3600
 
 
 def _reports(*seeds: str, dirs: list[Path]) -> list[str]:

@@ -13,13 +13,9 @@ from opsagent.models import Report
 from opsagent.pipeline import investigate_recording
 from opsagent.plan import load_default_playbooks
 from opsagent.scoreboard import IncidentScore, score
-from tests.conftest import ROOT
+from tests.conftest import HANG_GUARD_S, ROOT
 
 RCA_DEV = ROOT.parent / "shared" / "datasets" / "rca-dev"
-#: The replays of the real sets take minutes on a quiet machine and many more on a busy one; what
-#: these tests check does not depend on how long that takes, so they are held to a guard against a
-#: hang rather than the suite's 300 s (beside two CPU hogs the shared replay's setup passed 300 s).
-HANG_GUARD_S = 3 * 3600
 pytestmark = [
     pytest.mark.skipif(not RCA_DEV.is_dir(), reason="../shared/datasets/rca-dev is not here"),
     pytest.mark.timeout(HANG_GUARD_S),

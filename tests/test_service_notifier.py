@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from opsagent.pipeline import investigate_fixture
 from opsagent.service.app import create_app
 from opsagent.service.notifier import (
     IDEMPOTENCY_HEADER,
+    SINK_ANSWER_BYTES,
     SLACK_POST,
     Delivery,
     SlackNotifier,
@@ -168,6 +170,27 @@ def test_a_sink_that_does_not_answer_within_the_timeout_is_tried_again() -> None
     assert delivery.outcome == "retry" and delivery.problem == "no answer within 0.05 s"
 
 
+def test_a_sink_that_answers_200_mb_is_not_read_past_a_megabyte_and_is_tried_again() -> None:
+    sent = {"bytes": 0}
+
+    async def endless_answer() -> AsyncIterator[bytes]:
+        for _ in range(200):  # 200 MB if read to the end
+            sent["bytes"] += 1 << 20
+            yield b"x" * (1 << 20)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless_answer())
+
+    for sink in (
+        WebhookNotifier(ROUTER, transport=httpx.MockTransport(handler)),
+        SlackNotifier(token="xoxb-t", channel="#oncall", transport=httpx.MockTransport(handler)),
+    ):
+        sent["bytes"] = 0
+        delivery = deliver(sink, record())
+        assert delivery == Delivery(outcome="retry", problem=f"an answer longer than {SINK_ANSWER_BYTES:,} bytes")
+        assert sent["bytes"] <= SINK_ANSWER_BYTES + (2 << 20)  # stopped at the cap, not at 200 MB
+
+
 def test_slack_through_the_web_api_replies_in_the_thread_of_the_incidents_first_post() -> None:
     seen: list[httpx.Request] = []
     answers = iter(
@@ -191,11 +214,47 @@ def test_slack_through_the_web_api_replies_in_the_thread_of_the_incidents_first_
     bodies = [json.loads(r.content) for r in seen]
     assert bodies[0]["channel"] == "#oncall" and "thread_ts" not in bodies[0]
     assert bodies[1]["thread_ts"] == "1700000000.000100" and bodies[1]["blocks"]
+    assert bodies[1]["reply_broadcast"] is True  # the resolution shows in the channel, not only the thread
     assert seen[0].headers["authorization"] == "Bearer xoxb-plugh-token"
     limited = deliver(sink, record())
     assert (limited.outcome, limited.problem, limited.wait_s) == ("retry", "Slack: ratelimited", 3.0)
     assert deliver(sink, record()).outcome == "refused"  # a channel that is not there will not appear
     assert "plugh" not in repr(sink)
+
+
+def test_through_an_incoming_webhook_each_update_is_a_new_message_that_names_the_incident_it_updates() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, text="ok")  # an incoming webhook: no ts, nothing to thread under
+
+    sink = SlackNotifier(HOOK, public_url="https://opsagent.example", transport=httpx.MockTransport(handler))
+    first = deliver(sink, record())
+    assert first == Delivery(outcome="sent")  # no thread: the outbox keeps none
+    resolved = record(state="resolved", resolved_at=NOW)
+    for _ in range(2):  # a post whose answer was lost goes again: the same message, the same key
+        deliver(sink, resolved, key="inc-123:resolved", event="resolved", thread=first.thread)
+    investigated, update, again = seen
+    assert update == again and all("thread_ts" not in b and "channel" not in b for b in seen)
+    assert "inc-123:investigated" in _texts(investigated["blocks"])
+    assert "inc-123:resolved" in _texts(update["blocks"]) and "inc-123:investigated" not in _texts(update["blocks"])
+    assert update["blocks"][0]["text"]["text"] == "Resolved: order-service p99 latency 2.25s"
+    for said in (update["text"], _texts(update["blocks"])):  # read alone, outside any thread
+        assert "Update to incident inc-123 (order-service, opened 2026-03-17 14:20 UTC): the alert resolved" in said
+        assert "The investigation found: confirmed: config_change on order-service." in said
+    assert any(b["type"] == "actions" for b in update["blocks"])
+
+
+def test_a_resolution_heard_before_the_investigation_ended_says_its_result_follows() -> None:
+    early = message(
+        record(state="resolved", investigation="running", outcome=None), "/incidents/inc-123.html", event="resolved"
+    )
+    assert "Its investigation has not ended yet: its result follows." in early["text"]
+    assert "inconclusive" not in early["text"]
+    failed = message(record(state="resolved", outcome="failed", error="no source answered"), "/x", event="resolved")
+    assert "Its investigation failed: no source answered." in _texts(failed["blocks"])
+    assert "set public_url" in _texts(failed["blocks"]) and all(b["type"] != "actions" for b in failed["blocks"])
 
 
 def test_both_sinks_come_from_the_settings_and_the_web_api_needs_a_channel(tmp_path: Path) -> None:
@@ -228,7 +287,7 @@ def test_the_service_sends_block_kit_with_the_reports_evidence_when_an_investiga
     for sink in (slack, hook):  # the investigation's end, then the resolution: each once, under its own key
         keys = [c.request.headers[IDEMPOTENCY_HEADER] for c in sink.calls]
         assert keys == [f"{incident_id}:investigated", f"{incident_id}:resolved"]
-    assert "(resolved)" in json.loads(slack.calls[1].request.content)["text"]
+    assert f"Update to incident {incident_id}" in json.loads(slack.calls[1].request.content)["text"]
     blocks = json.loads(slack.calls[0].request.content)["blocks"]
     text = _texts(blocks)
     assert "*Top evidence*" in text and "*Next step*" in text

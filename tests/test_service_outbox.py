@@ -266,7 +266,7 @@ def test_an_incidents_slack_messages_go_in_one_thread_in_the_order_they_were_owe
 
     run(scenario)
     assert "thread_ts" not in bodies[0] and "thread_ts" not in bodies[1]
-    assert bodies[2]["thread_ts"] == "1700000000.000100" and "(resolved)" in str(bodies[2]["text"])
+    assert bodies[2]["thread_ts"] == "1700000000.000100" and "Resolved:" in str(bodies[2]["text"])
 
 
 def test_a_refused_notification_is_failed_at_once_and_one_out_of_tries_is_failed_after_its_last(

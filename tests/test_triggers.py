@@ -251,6 +251,7 @@ def test_a_malformed_question_is_a_clear_error(args: list[str], message: str) ->
     result = runner.invoke(app, ["investigate", *args, "--no-lessons"])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output  # one line, the problem in it
 
 
 def test_matchers_are_written_the_way_alertmanager_reads_them() -> None:

@@ -260,6 +260,11 @@ def _digest_env(entry: Any) -> Any:
 #: sending ``continue`` is stopped there, and the kind is named as read only in part.
 PAGE_SIZE = 500
 MAX_PAGES = 200
+#: Empty pages in a row that still say ``continue``: an API server fills its pages (it may return
+#: fewer items than asked, when a selector filters, but not page after page of none), so a run of
+#: them is a server or proxy that will not end the list, stopped here long before the page cap (and
+#: before the call's timeout, so that what the first pages held is used).
+MAX_EMPTY_PAGES = 10
 
 
 class _Capped(Exception):
@@ -364,6 +369,8 @@ class KubernetesReader:
         ``async_get`` follows ``continue`` for as long as the server sends one: an API server (or a
         proxy) that always does would be listed forever."""
         params: dict[str, Any] = {"limit": self.page_size}
+        seen: set[str] = set()
+        empty = 0
         while True:
             budget.spend_page()
             async with api.async_get_kind(cls, namespace=namespace, params=dict(params), allow_unknown_type=False) as (
@@ -374,11 +381,18 @@ class KubernetesReader:
                 body = response.json()
             if not isinstance(body, dict) or not isinstance(body.get("items", []), list):
                 raise MalformedResponse("a list answer that is not a list", source=self.name)
-            for item in body.get("items") or []:
+            items = body.get("items") or []
+            for item in items:
                 yield item
             token = (body.get("metadata") or {}).get("continue")
             if not token:
                 return
+            empty = 0 if items else empty + 1
+            if empty >= MAX_EMPTY_PAGES:
+                raise _Capped(f"{empty} empty pages in a row", MAX_EMPTY_PAGES, "pages")
+            if str(token) in seen:  # the same page again: a loop, not a list
+                raise _Capped("a continue token sent twice", budget.pages_read, "pages")
+            seen.add(str(token))
             params["continue"] = token
 
     def _object(self, kind: KubeKind, cls: type[APIObject], raw: Any, query: str) -> KubeObject:

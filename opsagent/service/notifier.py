@@ -3,9 +3,12 @@ the on-call engineer looks.
 
 * :class:`SlackNotifier`: Slack, as Block Kit (verdict, root cause, top evidence, next step, a
   button to the report page) with a plain ``text`` fallback (notifications, and Mattermost /
-  Rocket.Chat, which read only that). Through an incoming webhook, or through the Web API's
-  ``chat.postMessage`` with a bot token and a channel: only that one answers with the post's ``ts``,
-  so only there do later messages about the incident reply in the first one's thread.
+  Rocket.Chat, which read only that). Through the Web API's ``chat.postMessage`` with a bot token
+  and a channel, which answers with the post's ``ts``: later messages about the incident reply in
+  the first one's thread (a resolution is also shown in the channel). Through an incoming webhook,
+  which answers a bare ``ok``: every message is a new one in the channel, so each names the incident
+  and what changed (the notification's stable key, ``inc-…:resolved``), and an update says which
+  incident it updates and what its investigation found.
 * :class:`WebhookNotifier`: a generic JSON webhook for PagerDuty / Opsgenie-style routers and
   anything else: one documented document (:class:`WebhookBody`) with a dedup key.
 
@@ -20,6 +23,7 @@ never arrived recognises the retry. URLs and tokens are never logged or printed.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -29,8 +33,9 @@ from pydantic import BaseModel, Field
 from opsagent.models import Report
 from opsagent.retrying import RETRYABLE_STATUS, retry_after
 from opsagent.settings import Settings
+from opsagent.sizecap import BodyTooLarge, size_cap
 from opsagent.store import IncidentRecord
-from opsagent.store.outbox import OutboxEvent
+from opsagent.store.outbox import OutboxEvent, notification_key
 
 log = structlog.get_logger("opsagent.service.notifier")
 
@@ -44,6 +49,9 @@ TOP_EVIDENCE = 3
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: Slack's Web API method that posts a message and answers with its ``ts``.
 SLACK_POST = "https://slack.com/api/chat.postMessage"
+#: The most a sink's answer may hold: Slack's is a few hundred bytes, a router's an acknowledgement.
+#: A longer one is not read (:mod:`opsagent.sizecap`) and counts as an answer that never came.
+SINK_ANSWER_BYTES = 1024 * 1024
 #: Slack Web API errors (HTTP 200, ``ok: false``) another attempt may get past; the rest are refusals.
 SLACK_TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 
@@ -84,8 +92,22 @@ def verdict_line(incident: IncidentRecord) -> str:
     return "inconclusive — needs a human"
 
 
-def message(incident: IncidentRecord, link: str, report: Report | None = None) -> dict[str, Any]:
-    """The Slack message: Block Kit, and the same facts as plain text for what cannot show blocks."""
+def message(
+    incident: IncidentRecord,
+    link: str,
+    report: Report | None = None,
+    *,
+    key: str | None = None,
+    event: OutboxEvent = "investigated",
+) -> dict[str, Any]:
+    """The Slack message: Block Kit, and the same facts as plain text for what cannot show blocks.
+
+    Every message names its notification's stable ``key`` (the incident and what changed), the
+    same on every retry: where it cannot go in a thread (an incoming webhook), that is what ties an
+    update to the incident, and what tells a post Slack took twice from two notifications."""
+    key = key or notification_key(incident.id, event)
+    if event == "resolved":
+        return _resolution(incident, link, key)
     state = " (resolved)" if incident.state == "resolved" else ""
     text = f"*{_mrkdwn(incident.title)}*{state}\n{_mrkdwn(verdict_line(incident))}\n<{link}|report {incident.id}>"
     blocks: list[dict[str, Any]] = [
@@ -103,21 +125,47 @@ def message(incident: IncidentRecord, link: str, report: Report | None = None) -
     if report is not None and report.next_steps:
         blocks.append(_section(f"*Next step*\n{_mrkdwn(report.next_steps[0])}"))
     if link.startswith(("http://", "https://")):
-        blocks.append(
-            {
-                "type": "actions",
-                "elements": [
-                    {"type": "button", "text": {"type": "plain_text", "text": "Open the report"}, "url": link}
-                ],
-            }
-        )
-    context = f"opsagent · {incident.id} · {incident.service}"
+        blocks.append(_button(link))
+    context = f"opsagent · {key} · {incident.service}"
     if report is not None:
         context += f" · {report.cost.steps} steps, {report.cost.tool_calls} tool calls"
+    blocks.append(_context(context, link))
+    return {"text": text, "blocks": blocks}
+
+
+def _resolution(incident: IncidentRecord, link: str, key: str) -> dict[str, Any]:
+    """An update: the alert resolved. It says which incident it updates (opened when, on what) and
+    what the investigation found, so it reads on its own outside the incident's thread."""
+    opened = incident.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    about = f"Update to incident {incident.id} ({incident.service}, opened {opened}): the alert resolved."
+    if incident.investigation in ("queued", "running"):  # its result is the next message
+        found = "Its investigation has not ended yet: its result follows."
+    elif incident.outcome == "failed":
+        found = f"Its investigation failed: {incident.error or 'unknown error'}."
+    else:
+        found = f"The investigation found: {verdict_line(incident)}."
+    text = f"*Resolved: {_mrkdwn(incident.title)}*\n{_mrkdwn(about)}\n{_mrkdwn(found)}\n<{link}|report {incident.id}>"
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut("Resolved: " + incident.title, _HEADER)}},
+        _section(f"{_mrkdwn(about)}\n{_mrkdwn(found)}"),
+    ]
+    if link.startswith(("http://", "https://")):
+        blocks.append(_button(link))
+    blocks.append(_context(f"opsagent · {key} · {incident.service}", link))
+    return {"text": text, "blocks": blocks}
+
+
+def _button(link: str) -> dict[str, Any]:
+    return {
+        "type": "actions",
+        "elements": [{"type": "button", "text": {"type": "plain_text", "text": "Open the report"}, "url": link}],
+    }
+
+
+def _context(context: str, link: str) -> dict[str, Any]:
     if not link.startswith(("http://", "https://")):
         context += f" · report {link} (set public_url for a link)"
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(context)}]})
-    return {"text": text, "blocks": blocks}
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(context)}]}
 
 
 def _verdict_rest(incident: IncidentRecord, report: Report | None) -> str:
@@ -244,7 +292,12 @@ class _Poster:
         self._url = url
         self.public_url = public_url
         self.timeout_s = timeout_s
-        self._client = httpx.AsyncClient(transport=transport, timeout=timeout_s, headers=headers)
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            timeout=timeout_s,
+            headers=headers,
+            event_hooks={"response": [size_cap(SINK_ANSWER_BYTES)]},
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(url=<secret>)"
@@ -268,6 +321,8 @@ class _Poster:
             return Delivery(outcome="retry", problem=f"no answer within {self.timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Delivery(outcome="retry", problem=type(exc).__name__)
+        except BodyTooLarge:  # its answer unread, as if it had never come: the same key goes again
+            return Delivery(outcome="retry", problem=f"an answer longer than {SINK_ANSWER_BYTES:,} bytes")
         if response.is_success:
             return self.answered(response)
         problem = f"HTTP {response.status_code}"
@@ -282,7 +337,9 @@ class _Poster:
 class SlackNotifier(_Poster):
     """Slack through an incoming webhook (``url``), or through ``chat.postMessage`` when a
     ``channel`` is given (``url`` is then the method's, and ``token`` the bot token): the Web API
-    answers with the post's ``ts``, so later messages about the incident go in its thread."""
+    answers with the post's ``ts``, so later messages about the incident go in its thread. An
+    incoming webhook cannot thread (it answers ``ok``, no ``ts``): its updates are new messages
+    that name the incident they update (:func:`message`)."""
 
     name = "slack"
 
@@ -306,11 +363,13 @@ class SlackNotifier(_Poster):
     def body(
         self, incident: IncidentRecord, report: Report | None, *, key: str, event: OutboxEvent, thread: str | None
     ) -> dict[str, Any]:
-        body = message(incident, report_link(incident, self.public_url), report)
+        body = message(incident, report_link(incident, self.public_url), report, key=key, event=event)
         if self.channel is not None:
             body["channel"] = self.channel
             if thread is not None:
                 body["thread_ts"] = thread
+                # a resolution in a thread is easily missed: shown in the channel too
+                body["reply_broadcast"] = event == "resolved"
         return body
 
     def answered(self, response: httpx.Response) -> Delivery:
