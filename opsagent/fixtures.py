@@ -374,7 +374,7 @@ _UNIQUE: dict[str, str] = {"changes": "id"}
 
 
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
-    return list(_records(path, model, problems, unique))
+    return list(_records(path, model, problems, unique, share_extras=True))
 
 
 def stream(path: Path, name: TelemetryName) -> Iterator[Any]:
@@ -390,13 +390,19 @@ def stream(path: Path, name: TelemetryName) -> Iterator[Any]:
         raise FixtureError(problems)
 
 
-def _records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None) -> Iterator[Any]:
-    """Each valid record of the file as its line is read; each invalid line's problems to ``problems``."""
+def _records(
+    path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None, *, share_extras: bool = False
+) -> Iterator[Any]:
+    """Each valid record of the file as its line is read; each invalid line's problems to ``problems``.
+    ``share_extras``: for records the caller keeps (a stream keeps none, and holds no table for them)."""
     first_line: dict[Any, int] = {}
     # pydantic gives every instance a set of the fields it was given (about 700 bytes, half of a
     # span's memory); records of a frozen model never change it, so those that set the same fields
     # share one set
     shared: dict[frozenset[str], set[str]] | None = {} if model.model_config.get("frozen") else None
+    # likewise the dict of fields beyond the model's own (184 bytes even for one field): a span's pod
+    # is one of a few, so records whose extra fields hold the same texts share one dict
+    extras: dict[tuple[tuple[str, Any], ...], dict[str, Any]] | None = {} if share_extras else None
     validate_json = model.__pydantic_validator__.validate_json  # model_validate_json without its wrapper
     try:
         for lineno, raw in enumerate(_open_lines(path), start=1):
@@ -424,9 +430,32 @@ def _records(path: Path, model: type[BaseModel], problems: list[Problem], unique
             if shared is not None:
                 given = record.__pydantic_fields_set__
                 object.__setattr__(record, "__pydantic_fields_set__", shared.setdefault(frozenset(given), given))
+                extra = record.__pydantic_extra__
+                if extra and extras is not None:
+                    try:
+                        held = tuple(extra.items())
+                        same = extras.get(held)
+                    except TypeError:  # a list or an object among them: kept as read
+                        same = None
+                    else:
+                        if same is None and len(extras) < MAX_SHARED_EXTRAS and _texts(extra):
+                            extras[held] = extra
+                    if same is not None:  # equal to texts and nulls only, so the same values
+                        object.__setattr__(record, "__pydantic_extra__", same)
             yield record
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
+
+
+#: How many different extra-field dicts one file's records share at most: past it, a new one is kept
+#: as read (ids in extra fields, such as a log line's span id, would otherwise fill the table).
+MAX_SHARED_EXTRAS = 65_536
+
+
+def _texts(extra: dict[str, Any]) -> bool:
+    """Whether a record's extra fields are all texts or nulls: only those are shared, as ``1``, ``1.0``
+    and ``true`` are equal in Python but not in JSON."""
+    return all(v is None or type(v) is str for v in extra.values())
 
 
 def _read_header(path: Path, problems: list[Problem]) -> IncidentFile | None:

@@ -98,6 +98,32 @@ def test_loaded_records_keep_which_fields_their_own_line_gave(tmp_path: Path) ->
     assert recording.traces[3].model_dump(exclude_unset=True) == lines[3]
 
 
+def test_records_with_the_same_extra_texts_share_them_and_keep_their_json_types(tmp_path: Path) -> None:
+    # a span's pod is one of a few: records holding the same texts share one dict of them, but 1,
+    # 1.0 and true (equal in Python) stay each record's own, and so do lists
+    span = {"trace_id": "t", "parent_id": None, "service": "api", "operation": "GET /", "duration_us": 1.0}
+    extras: list[dict[str, Any]] = [
+        {"pod": "api-1"},
+        {"pod": "api-1"},
+        {"pod": "api-2"},
+        {"pod": "api-1", "version": None},
+        {"pod": "api-1", "version": None},
+        {"retries": 1},
+        {"retries": True},
+        {"retries": 1.0},
+        {"tags": ["a"]},
+        {"tags": ["a"]},
+    ]
+    lines = [dict(span, span_id=f"s{i}", start=1772373600000000000 + i, **x) for i, x in enumerate(extras)]
+    d = _fixture(tmp_path, traces_jsonl="".join(json.dumps(x) + "\n" for x in lines))
+    traces = load(d)[0].traces
+    assert [s.model_dump(exclude_unset=True) for s in traces] == lines
+    assert [type(s.model_extra["retries"]) for s in traces[5:8] if s.model_extra] == [int, bool, float]
+    assert traces[0].model_extra is traces[1].model_extra and traces[3].model_extra is traces[4].model_extra
+    assert traces[2].model_extra is not traces[0].model_extra
+    assert traces[8].model_extra is not traces[9].model_extra
+
+
 def test_a_telemetry_file_streams_record_by_record_and_names_its_first_bad_line(tmp_path: Path) -> None:
     line = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "ok"}
     path = tmp_path / "logs.jsonl.gz"
