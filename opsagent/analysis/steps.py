@@ -82,14 +82,24 @@ def _sequences(spans: Sequence[Span], lines: Iterable[StepLine]) -> dict[str, tu
     """Per span id: its component, when it began, and its steps in order."""
     events: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
     owner: dict[str, tuple[str, float]] = {}
+    # One label string per operation, call and template, shared by every span that takes the step (a
+    # large recording has hundreds of thousands of spans and a few hundred distinct steps).
+    serves: dict[str, str] = {}
+    calls: dict[tuple[str, str], str] = {}
+    logs: dict[str, str] = {}
     for s in spans:
         t = s.start_s
-        events[s.span_id].append((t, 0, f"serves {s.operation}"))
+        op = s.operation
+        served = serves.get(op) or serves.setdefault(op, f"serves {op}")
+        events[s.span_id].append((t, 0, served))
         owner[s.span_id] = (s.service, t)
         if s.parent_id:
-            events[s.parent_id].append((t, 2, f"calls {s.service} {s.operation}"))
+            key = (s.service, op)
+            call = calls.get(key) or calls.setdefault(key, f"calls {s.service} {op}")
+            events[s.parent_id].append((t, 2, call))
     for line in lines:
-        events[line.span_id].append((line.ts, 1, f"logs {line.template}"))
+        logged = logs.get(line.template) or logs.setdefault(line.template, f"logs {line.template}")
+        events[line.span_id].append((line.ts, 1, logged))
         if line.span_id not in owner:
             owner[line.span_id] = (line.service, line.ts)
     out: dict[str, tuple[str, float, list[str]]] = {}
