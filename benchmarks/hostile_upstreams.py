@@ -42,25 +42,10 @@ sys.path.insert(0, str(ROOT))
 
 from opsagent.fixtures import load  # noqa: E402
 from opsagent.sizecap import MAX_ANSWER_BYTES  # noqa: E402
-from tests.fake_kubernetes import FakeCluster  # noqa: E402
+from tests.fake_kubernetes import EndlessCluster  # noqa: E402
 
 CLI = [str(Path(sys.executable).with_name("opsagent"))]  # the console script beside this Python
 RECORDING = ROOT / "fixtures" / "incidents" / "cart-memory-limit-oomkill"
-
-
-class EndlessCluster(FakeCluster):
-    """Every list answer carries ``continue``: the first page holds the objects, the rest none."""
-
-    def answer(self, request: httpx.Request) -> httpx.Response:
-        response = super().answer(request)
-        if response.status_code != 200 or request.url.path.rstrip("/") == "/version":
-            return response
-        body = json.loads(response.content)
-        if "items" in body:
-            start = int(request.url.params.get("continue") or 0)
-            body["items"] = body["items"] if start == 0 else []
-            body["metadata"]["continue"] = str(start + 1)
-        return httpx.Response(200, json=body)
 
 
 @contextmanager

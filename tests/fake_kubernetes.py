@@ -111,3 +111,19 @@ class FakeCluster:
             meta["continue"] = str(start + limit)
         body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": chunk}
         return httpx.Response(200, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+class EndlessCluster(FakeCluster):
+    """An API server (or a proxy in front of one) whose every list answer carries a ``continue`` token:
+    the first page holds the objects, every later one none (a paging loop must stop by itself)."""
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        response = super().answer(request)
+        if response.status_code != 200 or request.url.path.rstrip("/") == "/version":
+            return response
+        body = json.loads(response.content)
+        if "items" in body:
+            start = int(request.url.params.get("continue") or 0)
+            body["items"] = body["items"] if start == 0 else []
+            body["metadata"]["continue"] = str(start + 1)
+        return httpx.Response(200, json=body)

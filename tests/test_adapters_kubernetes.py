@@ -36,7 +36,7 @@ from opsagent.models import Action, ErrorData, KubernetesData, Observation, Sour
 from opsagent.sources.kubernetes import READ, KubernetesState, RolloutChanges, recorded_last_words, replay_kubernetes
 from opsagent.tools import Toolbox
 from tests.conftest import INCIDENTS
-from tests.fake_kubernetes import FakeCluster
+from tests.fake_kubernetes import EndlessCluster, FakeCluster
 
 FIXTURE = INCIDENTS / "cart-memory-limit-oomkill"
 SERVER = "https://k8s.test:6443"
@@ -576,21 +576,6 @@ def test_what_a_live_investigation_read_of_the_cluster_is_recorded_as_it_came(re
 
 
 # ---------------------------------------------------------------- bounded reads, shared read
-
-
-class EndlessCluster(FakeCluster):
-    """An API server (or a proxy in front of one) whose every list answer carries a ``continue`` token."""
-
-    def answer(self, request: httpx.Request) -> httpx.Response:
-        response = super().answer(request)
-        if response.status_code != 200 or request.url.path.rstrip("/") == "/version":
-            return response
-        body = json.loads(response.content)
-        if "items" in body:
-            start = int(request.url.params.get("continue") or 0)
-            body["items"] = body["items"] if start == 0 else []
-            body["metadata"]["continue"] = str(start + 1)
-        return httpx.Response(200, json=body)
 
 
 def test_a_list_that_never_ends_stops_at_the_page_cap_and_is_named_as_read_in_part(
