@@ -29,9 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -43,21 +41,10 @@ sys.path.insert(0, str(ROOT))
 from opsagent.fixtures import load  # noqa: E402
 from opsagent.sizecap import MAX_ANSWER_BYTES  # noqa: E402
 from tests.fake_kubernetes import EndlessCluster  # noqa: E402
+from tests.upstreams import serving  # noqa: E402
 
 CLI = [str(Path(sys.executable).with_name("opsagent"))]  # the console script beside this Python
 RECORDING = ROOT / "fixtures" / "incidents" / "cart-memory-limit-oomkill"
-
-
-@contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def kubeconfig(path: Path, url: str) -> Path:

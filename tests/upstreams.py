@@ -42,7 +42,7 @@ class _Echo(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """An HTTP server with ``handler`` on a free loopback port, in a thread; yields its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True, name=handler.__name__)
@@ -58,7 +58,7 @@ def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
 def echoing_upstream(status: int = 502) -> Iterator[str]:
     """An HTTP server answering every request with ``status`` and a body that repeats the request's
     headers, ``Authorization`` included; yields its base URL."""
-    with _serving(type("Echo", (_Echo,), {"status": status})) as url:
+    with serving(type("Echo", (_Echo,), {"status": status})) as url:
         yield url
 
 
@@ -120,7 +120,7 @@ class _EmptyPrometheus(BaseHTTPRequestHandler):
 @contextmanager
 def empty_prometheus() -> Iterator[str]:
     """A Prometheus that answers every read, with no data; yields its URL."""
-    with _serving(_EmptyPrometheus) as url:
+    with serving(_EmptyPrometheus) as url:
         yield url
 
 
@@ -152,5 +152,5 @@ class _Huge(BaseHTTPRequestHandler):
 def huge_upstream() -> Iterator[tuple[str, type[_Huge]]]:
     """An upstream answering every GET with 200 MB; yields its URL and the handler (``sent``)."""
     handler = type("Huge", (_Huge,), {"sent": 0})
-    with _serving(handler) as url:
+    with serving(handler) as url:
         yield url, handler
