@@ -470,6 +470,40 @@ def test_which_step_comes_first_is_not_counted_so_a_change_of_traffic_mix_is_no_
     assert step_shortfalls([], lines, incident=_incident()) == []  # read -> done, write -> done: always
 
 
+def _api_lines(before: list[list[str]], after: list[list[str]]) -> list[StepLine]:
+    """``api``'s requests as the templates each logs, thirty before onset and thirty after (cycling)."""
+    lines: list[StepLine] = []
+    for tag, when, shapes in (("b", ONSET - timedelta(minutes=8), before), ("a", ONSET + timedelta(minutes=1), after)):
+        for i in range(30):
+            at = (when + timedelta(seconds=i)).timestamp()
+            lines += [
+                StepLine(ts=at + 0.01 * k, service="api", span_id=f"{tag}{i}", template=t)
+                for k, t in enumerate(shapes[i % len(shapes)])
+            ]
+    return lines
+
+
+def test_a_request_that_no_longer_ends_after_a_step_does_more_and_has_lost_nothing() -> None:
+    # Before onset every request ends after "saved"; after it, each goes on to log a retry. The end of
+    # a span never vanishes: a fault that cuts requests short ends them sooner.
+    lines = _api_lines([["saved <*>"]], [["saved <*>", "retry <*>"]])
+    assert all(s.z == 0 for s in step_shortfalls([], lines, incident=_incident()))
+
+
+def test_a_successor_that_followed_only_now_and_then_is_the_traffic_mix_not_a_lost_step() -> None:
+    # "loaded" is followed by "cached" a third of the time before onset and never after: which requests
+    # hit the cache is the traffic mix. The usual successor ("rendered") still follows.
+    lines = _api_lines(
+        [["loaded <*>", "cached <*>"], ["loaded <*>", "rendered <*>"], ["loaded <*>", "rendered <*>"]],
+        [["loaded <*>", "rendered <*>"]],
+    )
+    assert all(s.z == 0 for s in step_shortfalls([], lines, incident=_incident()))
+    # The same fall of the usual successor is found.
+    broken = _api_lines([["loaded <*>", "rendered <*>"]], [["loaded <*>"], ["loaded <*>", "rendered <*>"]])
+    lost = next(s for s in step_shortfalls([], broken, incident=_incident()) if s.component == "api")
+    assert (lost.step, lost.next_step) == ("logs loaded <*>", "logs rendered <*>") and lost.z > 3
+
+
 def test_the_component_that_stopped_a_step_is_named_and_its_kind_is_a_code_fault() -> None:
     spans, lines = _steps_incident()
     data = TracesData(

@@ -35,6 +35,10 @@ MIN_EXPECTED = 3.0
 #: minute), so the requests the fault changed began about that much before the alert's start: spans
 #: from then on count as after onset.
 ALERT_LEAD_S = 60.0
+#: A successor is a step's usual one when it followed the step at least this often before onset: only
+#: what the code used to do can go missing (a successor that followed now and then says which requests
+#: came, the traffic mix).
+USUAL = 0.5
 #: Two lines are one log statement when this share of their tokens agree: values printed by one
 #: statement vary in a token or two, while different statements of one class (masked line numbers
 #: alike) differ in most of their words. Stricter than the summariser's grouping, which gathers lines
@@ -158,7 +162,9 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
             if n1 < MIN_STEPS or n2 < MIN_STEPS:
                 continue
             for (a, nxt), c1 in sorted(pairs[period][service].items()):
-                if a != step or n2 * c1 / n1 < MIN_EXPECTED:
+                # Only the step's usual successor can go missing, and the end of the span never does: a
+                # fault that cuts requests short ends them sooner; a span no longer ending there does more.
+                if a != step or nxt == END or c1 / n1 < USUAL or n2 * c1 / n1 < MIN_EXPECTED:
                     continue
                 c2 = after_pairs[(step, nxt)]
                 pooled = (c1 + c2) / (n1 + n2)
