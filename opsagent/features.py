@@ -139,12 +139,14 @@ def rolled_out(changes: Observation, incident: Incident) -> list[str]:
 def profiles_from(observations: Iterable[Observation], incident: Incident) -> dict[str, Profile]:
     """Features of every component that these observations show, with the observation behind each."""
     profiles: dict[str, Profile] = defaultdict(Profile)
+    observations = list(observations)
+    changed = frozenset(s for o in observations if o.ok for s in rolled_out(o, incident))
     for obs in observations:
         if not obs.ok:
             continue
         data = obs.data
         if isinstance(data, MetricsData):
-            _metric_features(profiles, obs, data, incident)
+            _metric_features(profiles, obs, data, incident, changed)
         elif isinstance(data, TracesData):
             _trace_features(profiles, obs, data, incident)
         elif isinstance(data, ChangesData):
@@ -181,7 +183,9 @@ def _one(obs: Observation, s: SeriesStats) -> Observation:
     return obs.model_copy(update={"data": MetricsData(stats=[s])})
 
 
-def _metric_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident) -> None:
+def _metric_features(
+    profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident, changed: frozenset[str]
+) -> None:
     for s in data.stats:
         ctx = Context(incident=incident, service=s.component)
         if s.direction not in ("up", "down"):
@@ -209,20 +213,33 @@ def _metric_features(profiles: dict[str, Profile], obs: Observation, data: Metri
         profiles[s.component].add(f"signal:{s.signal}:{s.direction}", mag, obs, f"{s.signal} {s.direction} {ratio}")
         if s.limit_fraction is not None and evaluate(AT_LIMIT, single, ctx).met:
             profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
-    _path_features(profiles, obs, data, incident)
+    _path_features(profiles, obs, data, incident, changed)
 
 
-def _path_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident) -> None:
+def _path_features(
+    profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident, changed: frozenset[str]
+) -> None:
     """A component most of whose measured links got slow on the path is where the delay sits: a
-    network fault on a component's interface slows every call to and from it."""
+    network fault on a component's interface slows every call to and from it.
+
+    A link whose other end was ``changed`` just before onset (and this end was not) is that change's
+    doing: new code at one end (a call to the wrong endpoint, a new timeout) slows the link as a
+    network fault at the other would, and the change came first."""
     if not ranking.on("path_slow"):
         return
     for component in sorted({e.caller for e in slow_paths(data)} | {e.callee for e in slow_paths(data)}):
         outcome = evaluate(LINKS_SLOW, obs, Context(incident=incident, service=component))
-        if outcome.met:
-            links = links_of(data, component)
-            loudest = max(ranking.metric_weight(e.client.mean_ratio) for e in links.slow)
-            profiles[component].add("net:path_slow", loudest * links.share, obs, outcome.value)
+        if not outcome.met:
+            continue
+        links = links_of(data, component)
+        own = [
+            e
+            for e in links.slow
+            if component in changed or (e.callee if e.caller == component else e.caller) not in changed
+        ]
+        if own:
+            loudest = max(ranking.metric_weight(e.client.mean_ratio) for e in own)
+            profiles[component].add("net:path_slow", loudest * len(own) / links.measured, obs, outcome.value)
 
 
 def _trace_features(profiles: dict[str, Profile], obs: Observation, data: TracesData, incident: Incident) -> None:

@@ -3,8 +3,22 @@ slow code inside it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from opsagent.analysis.edges import links_of, slow_paths
-from opsagent.models import MetricsData, SeriesStats
+from opsagent.features import profiles_from
+from opsagent.incident import open_incident
+from opsagent.models import (
+    Action,
+    Alert,
+    ChangeRecord,
+    ChangesData,
+    MetricsData,
+    Observation,
+    SeriesStats,
+    SourceKind,
+    TimeRange,
+)
 
 
 def _edge(caller: str, callee: str, side: str, ratio: float) -> SeriesStats:
@@ -57,3 +71,37 @@ def test_the_caller_of_one_slow_link_is_not_where_the_delay_sits() -> None:
 def test_a_callee_slow_in_its_own_view_is_not_a_network_fault() -> None:
     assert links_of(NETWORK, "checkout").slow == [e for e in slow_paths(NETWORK) if "checkout" in (e.caller, e.callee)]
     assert all(e.callee != "checkout" for e in slow_paths(NETWORK))
+
+
+def _observed(data: MetricsData | ChangesData, tool: str, source: SourceKind) -> Observation:
+    return Observation(id=f"{tool}-1", action=Action(tool=tool), source=source, data=data, text="", tokens=1)
+
+
+def test_a_slow_link_whose_other_end_was_just_rolled_out_is_that_rollouts_doing() -> None:
+    # checkout calls payment (its only caller): the link slowed between the ends. Without a change, the
+    # delay is placed on payment's links; with checkout rolled out a minute before onset, new code at the
+    # calling end (a call to the wrong endpoint, a new timeout) came first, and payment is not blamed.
+    onset = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    incident = open_incident(
+        Alert.model_validate({"labels": {"alertname": "Slow", "service": "front"}, "startsAt": onset}),
+        window=TimeRange(start=onset - timedelta(minutes=30), end=onset + timedelta(minutes=5)),
+        baseline=TimeRange(start=onset - timedelta(minutes=30), end=onset - timedelta(minutes=10)),
+    )
+    links = _observed(MetricsData(stats=_both("checkout", "payment", 25.0, 1.0)), "metrics.scan", SourceKind.metrics)
+    rollout = ChangeRecord(
+        id="rollout-checkout-v2",
+        ts=onset - timedelta(minutes=1),
+        service="checkout",
+        kind="rollout",
+        summary="rollout checkout v1->v2",
+        from_version="v1",
+        to_version="v2",
+        minutes_before_onset=1.0,
+    )
+    changes = _observed(ChangesData(changes=[rollout]), "changes.list", SourceKind.changes)
+    assert "net:path_slow" in profiles_from([links], incident)["payment"].features
+    after_rollout = profiles_from([links, changes], incident)
+    assert "net:path_slow" not in after_rollout["payment"].features
+    # A rollout of payment itself leaves the link on payment.
+    own = changes.model_copy(update={"data": ChangesData(changes=[rollout.model_copy(update={"service": "payment"})])})
+    assert "net:path_slow" in profiles_from([links, own], incident)["payment"].features
