@@ -80,8 +80,19 @@ def test_a_few_milliseconds_of_a_fresh_pod_are_not_a_regression() -> None:
     metric = "edge_latency_p90_seconds"
     new = _pod("ad-v2-a", "v2", {m: 0.0093 + (m % 2) * 0.0001 for m in range(12, 20)}, metric=metric)
     old = [_old(f"ad-v1-{i}", 0.0046, metric=metric) for i in "ab"]
-    found = compare_versions([*old, new], service="adservice", incident=_incident())
+    healthy = _pod("ad-v2-a", "v2", {m: 100.0 for m in range(12, 20)})
+    found = compare_versions([*old, new, _old("ad-v1-a", 100), healthy], service="adservice", incident=_incident())
     assert not any(c.worse for c in found.comparisons) and found.verdict == "no_worse"
+
+
+def test_a_release_compared_on_its_latency_alone_is_not_cleared() -> None:
+    # Its error figures are not measured per version: a release that fails (a wrong value, an exception
+    # its callers count) is not shown innocent by being as fast as the old one.
+    metric = "edge_latency_p90_seconds"
+    new = _pod("ad-v2-a", "v2", {m: 0.0046 + (m % 2) * 0.0001 for m in range(12, 20)}, metric=metric)
+    old = [_old(f"ad-v1-{i}", 0.0046, metric=metric) for i in "ab"]
+    found = compare_versions([*old, new], service="adservice", incident=_incident())
+    assert found.verdict == "unknown" and "no error figure" in found.reason
 
 
 def test_one_version_only_is_nothing_to_compare() -> None:
@@ -178,3 +189,42 @@ def test_a_shift_every_pod_makes_while_new_pods_replace_old_ones_is_no_version_s
     assert found.verdict == "no_worse", found.reason
     (success,) = found.comparisons
     assert success.minutes >= 5 and success.old_median > success.new_median  # pooled, the new looks worse
+
+
+def test_a_success_rate_that_fell_from_its_ceiling_is_not_a_quiet_component() -> None:
+    # 99.9% -> 76% is x0.76 as a ratio but two hundred times the failures: the deploy-regression
+    # playbook's refutation ("none of its series moved") must not clear the release on it.
+    from opsagent.models import Action, MetricsData, Observation, SeriesStats, SourceKind
+    from opsagent.playbooks import Context, Expectation, evaluate
+
+    fell = SeriesStats(
+        signal="availability",
+        component="adservice",
+        query="success_rate",
+        unit="percent",
+        series=1,
+        baseline_mean=99.9,
+        baseline_std=0.05,
+        window_mean=76.0,
+        window_max=99.9,
+        peak_ratio=1.0,
+        mean_ratio=76.0 / 99.9,
+        z_score=-40.0,
+        change_point=None,
+        direction="down",
+    )
+    obs = Observation(
+        id="m-1",
+        action=Action(tool="metrics.scan"),
+        source=SourceKind.metrics,
+        data=MetricsData(stats=[fell]),
+        text="",
+        tokens=1,
+    )
+    quiet = Expectation(op="component_quiet", min_ratio=1.5)
+    outcome = evaluate(quiet, obs, Context(incident=_incident(), service="adservice"))
+    assert outcome.met is False
+    steady = obs.model_copy(
+        update={"data": MetricsData(stats=[fell.model_copy(update={"window_mean": 99.85, "direction": "flat"})])}
+    )
+    assert evaluate(quiet, steady, Context(incident=_incident(), service="adservice")).met is True

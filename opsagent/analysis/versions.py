@@ -125,14 +125,20 @@ def compare_versions(
     verdict: Literal["worse", "no_worse", "unknown"]
     if worse:
         verdict, reason = "worse", "; ".join(_text(c) for c in worse[:3])
-    elif decisive and new_samples >= NO_WORSE_SAMPLES:
+    elif any(c.meaning == "errors" for c in decisive) and new_samples >= NO_WORSE_SAMPLES:
         verdict, reason = (
             "no_worse",
             f"no error or latency figure of {new} worse than {', '.join(old)} ({len(decisive)} compared)",
         )
     else:
         verdict = "unknown"
-        reason = "no error or latency figure to compare" if not decisive else f"{new} has {new_samples} samples so far"
+        reason = (
+            "no error or latency figure to compare"
+            if not decisive
+            else f"{new} has {new_samples} samples so far"
+            if new_samples < NO_WORSE_SAMPLES
+            else f"no error figure of {new} to compare (a release that fails is not cleared by its latency)"
+        )
     pods = _pods(labelled, rollout)
     return VersionsData(
         service=service,
