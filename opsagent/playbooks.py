@@ -47,6 +47,7 @@ from opsagent.models import (
     VersionsData,
 )
 from opsagent.observations import fmt, times
+from opsagent.stats import shortfall_ratio
 from opsagent.tools import TOOLS
 from opsagent.yamltext import load_yaml
 
@@ -498,16 +499,18 @@ def _component_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     mine = [s for s in obs.data.stats if s.component == ctx.service]
     if not mine:
         return _UNKNOWN
-    moved = [
-        s
-        for s in mine
-        if s.direction in ("up", "down")
-        and s.mean_ratio is not None
-        and (s.mean_ratio >= exp.min_ratio or s.mean_ratio <= 1 / exp.min_ratio)
-    ]
+    moved = [s for s in mine if s.direction in ("up", "down") and _moved_by(s, exp.min_ratio)]
     if moved:
         return Outcome(False, "; ".join(_ratio_text(s) for s in moved[:3]))
     return Outcome(True, f"none of the {len(mine)} series of {ctx.service} moved beyond x{exp.min_ratio:g}")
+
+
+def _moved_by(s: SeriesStats, ratio: float) -> bool:
+    """Whether a series moved by ``ratio`` either way; one that sits at its ceiling (a success rate) by
+    how many times its shortfall grew: 99.9% -> 76% is two hundred times the failures, not x0.76."""
+    shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
+    moved = shortfall or s.mean_ratio
+    return moved is not None and (moved >= ratio or moved <= 1 / ratio)
 
 
 def _versions(obs: Observation, ctx: Context) -> VersionsData | None:
