@@ -253,7 +253,9 @@ def taught(
     return [le.model_copy(update={"id": identity(le)}) for le in out]
 
 
-def detector_lessons(situation: Situation, leading: Sequence[str], *, cause: str, kind: str, base: Lesson) -> list[Lesson]:
+def detector_lessons(
+    situation: Situation, leading: Sequence[str], *, cause: str, kind: str, base: Lesson
+) -> list[Lesson]:
     """Which detectors told the truth here and which did not: a ``telling`` lesson for each feature the
     cause showed, a ``noise`` lesson for each feature an innocent leading suspect (``leading``) showed
     (once per incident, at its strongest). ``base``: the incident's culprit lesson (trigger, next action).

@@ -270,7 +270,11 @@ def test_a_detector_seen_on_innocent_leading_suspects_counts_at_most_half_less_o
     memory = EnvironmentMemory.of(learned(environment.NOISE_MIN_SEEN), incident())
     features = {"pay": {"signal:latency_p99:up": 4.0}, "search": {"signal:latency_p99:up": 2.0}, "db": {"x": 1.0}}
     effects = memory.calibrate(features, SYSTEM)
-    assert features == {"pay": {"signal:latency_p99:up": 2.0}, "search": {"signal:latency_p99:up": 1.0}, "db": {"x": 1.0}}
+    assert features == {
+        "pay": {"signal:latency_p99:up": 2.0},
+        "search": {"signal:latency_p99:up": 1.0},
+        "db": {"x": 1.0},
+    }
     assert {(e.component, e.before, e.after) for e in effects} == {("pay", 4.0, 2.0), ("search", 2.0, 1.0)}
     assert "in 3 earlier incident(s) here it showed on an innocent leading suspect, on the cause in 0" in effects[0].why
     (use,) = memory.uses(effects)
@@ -301,7 +305,9 @@ def test_noise_that_lowered_the_cause_is_held_to_account_and_of_another_system_d
     effects = memory.calibrate({"pay": {"signal:latency_p99:up": 4.0}}, SYSTEM)
     assert misled_by(memory.uses(effects), "pay", "code_exception", top="cart") == [effects[0].lesson_id]
     other = ["web", "queue", "worker", "cache", "pay"]
-    assert EnvironmentMemory.of(lessons, incident(other)).calibrate({"pay": {"signal:latency_p99:up": 4.0}}, other) == []
+    assert (
+        EnvironmentMemory.of(lessons, incident(other)).calibrate({"pay": {"signal:latency_p99:up": 4.0}}, other) == []
+    )
 
 
 def test_a_usual_level_on_a_component_wins_over_the_environment_wide_noise_of_the_same_detector() -> None:
