@@ -95,7 +95,7 @@ async def repeat(corpus: Path) -> None:
     first = (await replay(incident, memory=memory, use_lessons=True, learn=True)).scores[0]
     report, _ = await investigate_fixture(incident, lessons=memory.lessons())
     second = (await replay(incident, memory=memory, use_lessons=True)).scores[0]
-    lesson = memory.lessons()[0]
+    lesson = next(le for le in memory.lessons() if le.teaches == "refuted")  # the others act on triage
     first_action = report.results[0].steps[0].action if report.results and report.results[0].steps else None
     print("1. Repeat incident (order-service, hybrid, lessons on)")
     print(f"   run 1: {first.status} {first.top[0]}  steps {first.steps}  tool calls {first.tool_calls}")
