@@ -17,7 +17,8 @@ frozen.
 
 ``--size``: the time an investigation spends recalling lessons (the retrieval of lessons about refuted
 kinds, and the environment memory's calibration and prior over every component) with N lessons
-stored (1,000 by default: a third each about refuted kinds, past causes and usual evidence), over
+stored (1,000 by default: a fifth each about refuted kinds, past causes, usual evidence, noisy and
+telling detectors), over
 the components and evidence of the recorded order-service incident.
 
 1. Repeat incident: the order-service incident replayed twice with lessons on (steps, tool calls,
@@ -94,7 +95,7 @@ async def repeat(corpus: Path) -> None:
     first = (await replay(incident, memory=memory, use_lessons=True, learn=True)).scores[0]
     report, _ = await investigate_fixture(incident, lessons=memory.lessons())
     second = (await replay(incident, memory=memory, use_lessons=True)).scores[0]
-    lesson = memory.lessons()[0]
+    lesson = next(le for le in memory.lessons() if le.teaches == "refuted")  # the others act on triage
     first_action = report.results[0].steps[0].action if report.results and report.results[0].steps else None
     print("1. Repeat incident (order-service, hybrid, lessons on)")
     print(f"   run 1: {first.status} {first.top[0]}  steps {first.steps}  tool calls {first.tool_calls}")
@@ -368,7 +369,8 @@ async def history_main(shared: Path, sets: Sequence[str]) -> None:
 
 
 def synthetic_lessons(n: int, report: Report) -> list[Lesson]:
-    """``n`` distinct lessons over the report's environment: refuted kinds, past causes, usual evidence."""
+    """``n`` distinct lessons over the report's environment: refuted kinds, past causes, usual evidence,
+    noisy and telling detectors."""
     assert report.situation is not None
     situation = report.situation
     components = situation.components
@@ -391,8 +393,10 @@ def synthetic_lessons(n: int, report: Report) -> list[Lesson]:
             environment=components,
             component=c,
         )
-        teaches = ("refuted", "culprit", "usual")[i % 3]
-        extra = {"feature": f"{f}#{i}", "strength": 1.0, "count": 3} if teaches == "usual" else {}
+        teaches = ("refuted", "culprit", "usual", "noise", "telling")[i % 5]
+        extra = {"feature": f"{f}#{i}", "strength": 1.0, "count": 3} if teaches in ("usual", "noise", "telling") else {}
+        if teaches in ("noise", "telling"):
+            extra["component"] = None
         lesson = Lesson.model_validate({**base, "teaches": teaches, **extra})
         if teaches == "refuted":  # its own trigger, so that near-duplicates do not merge
             lesson = lesson.model_copy(

@@ -10,6 +10,10 @@ engineer's ``feedback``), beside the lessons about refuted hypotheses of :mod:`o
 * ``culprit`` — a component that was the cause behind an alert. The next time the alert fires there,
   the component gets a prior: a share of the best suspect's score, by how often, and how recently,
   it was the cause there.
+* ``noise`` and ``telling`` — a detector (a triage feature, whichever component shows it) that showed
+  on an innocent leading suspect, and one the cause showed. A detector that showed on innocent
+  leading suspects in several incidents of an environment and less often on the cause is that
+  environment's everyday noise: wherever it shows there, it counts less (at most half less).
 
 A lesson acts only in its own environment (most of the components it was learned among are
 components of this incident) and stops acting once it misled more often than it helped; every
@@ -56,6 +60,9 @@ PRIOR_HISTORY = 3.0
 LEARN_ABOVE, USUAL_FEATURES = 5, 3
 #: Features a situation keeps per component (the strongest).
 SITUATION_FEATURES = 8
+#: A detector counts as noise once it showed on an innocent leading suspect in this many
+#: incidents of the environment.
+NOISE_MIN_SEEN = 3
 
 
 def alert_of(incident: Incident) -> str:
@@ -120,7 +127,14 @@ def identity(lesson: Lesson) -> str:
     evidence usual on the same component under it) share it and merge."""
     if lesson.teaches == "culprit":
         return _id("culprit", lesson.trigger.alert or "", lesson.component or "")
+    if lesson.teaches in ("noise", "telling"):
+        return _id(lesson.teaches, lesson.trigger.alert or "", lesson.feature or "")
     return _id("usual", lesson.trigger.alert or "", lesson.component or "", lesson.feature or "")
+
+
+def about_a_detector(lesson: Lesson) -> bool:
+    """A noise or telling lesson: about a detector wherever it shows, not about one component."""
+    return lesson.teaches in ("noise", "telling")
 
 
 def problems(lesson: Lesson) -> list[str]:
@@ -128,14 +142,14 @@ def problems(lesson: Lesson) -> list[str]:
     if lesson.teaches == "refuted":
         return []
     out = []
-    if not lesson.component:
+    if not lesson.component and not about_a_detector(lesson):
         out.append(f"a {lesson.teaches} lesson names no component")
     if not lesson.trigger.alert:
         out.append(f"a {lesson.teaches} lesson names no alert (alertname@service)")
     if not lesson.environment:
         out.append(f"a {lesson.teaches} lesson names no environment (the components it was learned among)")
-    if lesson.teaches == "usual" and (not lesson.feature or lesson.strength is None or lesson.strength < 0):
-        out.append("a usual lesson needs the feature and the strength (>= 0) it showed")
+    if lesson.teaches != "culprit" and (not lesson.feature or lesson.strength is None or lesson.strength < 0):
+        out.append(f"a {lesson.teaches} lesson needs the feature and the strength (>= 0) it showed")
     return out
 
 
@@ -234,7 +248,65 @@ def taught(
                     environment=list(situation.components),
                 )
             )
+    leading = [c for c in list(dict.fromkeys(suspects))[:LEARN_ABOVE] if c != cause]
+    out += detector_lessons(situation, leading, cause=cause, kind=kind, base=out[0])
     return [le.model_copy(update={"id": identity(le)}) for le in out]
+
+
+def detector_lessons(
+    situation: Situation, leading: Sequence[str], *, cause: str, kind: str, base: Lesson
+) -> list[Lesson]:
+    """Which detectors told the truth here and which did not: a ``telling`` lesson for each feature the
+    cause showed, a ``noise`` lesson for each feature an innocent leading suspect (``leading``) showed
+    (once per incident, at its strongest). ``base``: the incident's culprit lesson (trigger, next action).
+
+    Measured: learning noise only from the innocents ranked above the cause (the wrong incidents) changed
+    no top suspect on the development sets; the leading innocents of every incident did."""
+    shown = situation.evidence.get(cause, {})
+    misled: dict[str, tuple[float, str, str]] = {}
+    for c in leading:
+        for f, m in situation.evidence.get(c, {}).items():
+            obs = situation.observations.get(c, {}).get(f)
+            if obs and m > misled.get(f, (0.0, "", ""))[0]:
+                misled[f] = (m, c, obs)
+    out = []
+    for f, m in sorted(shown.items()):
+        obs = situation.observations.get(cause, {}).get(f)
+        if not obs:
+            continue
+        out.append(
+            base.model_copy(
+                update={
+                    "teaches": "telling",
+                    "component": None,
+                    "feature": f,
+                    "strength": round(m, 4),
+                    "trigger": base.trigger.model_copy(
+                        update={"condition": f"{f} at {m:.2f} on the cause ({kind} on {cause})", "signals": [f]}
+                    ),
+                    "refuting_evidence": [Citation(observation_id=obs, value=f"{f} {m:.2f} on {cause}, the cause")],
+                }
+            )
+        )
+    for f, (m, c, obs) in sorted(misled.items()):
+        out.append(
+            base.model_copy(
+                update={
+                    "teaches": "noise",
+                    "component": None,
+                    "feature": f,
+                    "strength": round(m, 4),
+                    "services": [c],
+                    "trigger": base.trigger.model_copy(
+                        update={"condition": f"{f} at {m:.2f} on {c}, a leading suspect but innocent", "signals": [f]}
+                    ),
+                    "refuting_evidence": [
+                        Citation(observation_id=obs, value=f"{f} {m:.2f} on {c} — yet the cause was {kind} on {cause}")
+                    ],
+                }
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------- forgetting
@@ -282,7 +354,9 @@ class EnvironmentMemory:
         if self._here is None:
             mine = set(components)
             self._here = [
-                le for le in self.lessons if le.component in mine and overlap(le.environment, mine) >= SAME_ENVIRONMENT
+                le
+                for le in self.lessons
+                if (le.component in mine or about_a_detector(le)) and overlap(le.environment, mine) >= SAME_ENVIRONMENT
             ]
         return self._here
 
@@ -330,6 +404,51 @@ class EnvironmentMemory:
                     f"earlier incidents it showed up to {le.strength:.2f} there while the cause was elsewhere",
                 )
             )
+        lowered = {(e.component, e.feature) for e in effects}
+        return effects + self.quieten(features, here, lowered)
+
+    def quieten(
+        self,
+        features: MutableMapping[str, dict[str, float]],
+        here: Sequence[Lesson],
+        lowered: set[tuple[str, str | None]],
+    ) -> list[LessonEffect]:
+        """Lower each detector that is this environment's everyday noise, on every component that shows
+        it: by MAX_DISCOUNT times (n - t) / n, where n incidents saw it on an innocent leading suspect and
+        t saw it on the cause (none when t >= n). A feature a usual lesson already lowered on a component
+        keeps that (the more specific) level. Changes ``features`` in place."""
+        misled: dict[str, list[Lesson]] = {}
+        told: dict[str, int] = {}
+        for le in here:
+            if le.teaches == "noise" and le.feature:
+                misled.setdefault(le.feature, []).append(le)
+            elif le.teaches == "telling" and le.feature:
+                told[le.feature] = told.get(le.feature, 0) + le.count
+        effects = []
+        for f, lessons in sorted(misled.items()):
+            n = sum(le.count for le in lessons)
+            share = (n - told.get(f, 0)) / n
+            if n < NOISE_MIN_SEEN or share <= 0:
+                continue
+            le = max(lessons, key=lambda le: (le.count, le.id))  # the alert it was seen most under speaks for it
+            for c in sorted(features):
+                value = features[c].get(f)
+                if not value or (c, f) in lowered:
+                    continue
+                after = round(value * (1 - MAX_DISCOUNT * share), 4)
+                features[c][f] = after
+                effects.append(
+                    LessonEffect(
+                        lesson_id=le.id,
+                        component=c,
+                        effect="lowered",
+                        feature=f,
+                        before=value,
+                        after=after,
+                        why=f"lowered {f} on {c} from {value:.2f} to {after:.2f}: in {n} earlier incident(s) here it "
+                        f"showed on an innocent leading suspect, on the cause in {told.get(f, 0)}",
+                    )
+                )
         return effects
 
     def prior(

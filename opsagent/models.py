@@ -722,15 +722,21 @@ class Lesson(Frozen):
     times_misled: int = Field(
         default=0, description="investigations where the kind it lowered turned out to be the cause (truth, feedback)"
     )
-    teaches: Literal["refuted", "usual", "culprit"] = Field(
+    teaches: Literal["refuted", "usual", "culprit", "noise", "telling"] = Field(
         default="refuted",
         description="refuted: a kind refuted under a trigger (ranks hypotheses); usual: evidence this environment "
         "shows on an innocent component (raises what counts as surprising there); culprit: a component that was "
-        "the cause behind this alert (a prior on it)",
+        "the cause behind this alert (a prior on it); noise: a detector (feature) that showed on an innocent "
+        "leading suspect, whichever component; telling: a detector the cause showed (noise and "
+        "telling together say how far a detector is this environment's everyday noise)",
     )
-    component: str | None = Field(default=None, description="the component an environment lesson is about")
-    feature: str | None = Field(default=None, description="usual: the triage feature (detector) it showed")
-    strength: float | None = Field(default=None, description="usual: the strongest it showed there while innocent")
+    component: str | None = Field(
+        default=None, description="the component a usual or culprit lesson is about (noise, telling: none)"
+    )
+    feature: str | None = Field(default=None, description="usual, noise, telling: the triage feature (detector)")
+    strength: float | None = Field(
+        default=None, description="usual, noise: the strongest it showed while innocent; telling: on the cause"
+    )
     environment: list[str] = Field(
         default_factory=list,
         description="the components of the environment it was learned in; an environment lesson acts only where "

@@ -72,6 +72,17 @@ def action_of(check: Check, hypothesis: Hypothesis, incident: Incident) -> Actio
     return Action(tool=check.tool, args=args)
 
 
+def track_record(agreeing: Sequence[Lesson]) -> str | None:
+    """Why lessons that agree (they refuted the same kind, and their triggers show on the same component)
+    stop lowering it together: between them they misled more often than they helped, though each alone
+    may not have yet (a near-duplicate learned later starts with a clean record). None when they act."""
+    misled = sum(le.times_misled for le in agreeing)
+    helped = sum(le.times_helped for le in agreeing)
+    if len(agreeing) < 2 or misled <= helped:
+        return None
+    return f"the {len(agreeing)} lessons that lower it here misled {misled} time(s) between them and helped {helped}"
+
+
 class PlaybookReasoner:
     """Hypotheses from playbooks x triage's suspects; actions from the playbooks' checks."""
 
@@ -154,6 +165,9 @@ class PlaybookReasoner:
         planned = (
             {action_of(c, h, incident).key() for c in self.playbooks[h.playbook or ""].checks} if h.playbook else set()
         )
+        pooled = track_record(
+            [r.lesson for r in lessons if r.component == h.component and r.lesson.refuted_kind == h.kind]
+        )
         for r in lessons:
             if r.component != h.component:
                 continue
@@ -163,6 +177,8 @@ class PlaybookReasoner:
                         f"{r.lesson.id}: did not lower {h.kind} on {h.component}: the kind it lowered was the cause "
                         f"{r.lesson.times_misled} time(s), it helped {r.lesson.times_helped}"
                     )
+                elif pooled is not None:
+                    notes.append(f"{r.lesson.id}: did not lower {h.kind} on {h.component}: {pooled}")
                 else:
                     score *= ranking.LESSON_PENALTY
                     notes.append(

@@ -11,7 +11,7 @@ import pytest
 from opsagent import environment
 from opsagent.environment import EnvironmentMemory, contradictions, forgotten, taught
 from opsagent.feedback import apply_feedback, keep_investigation
-from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, problems, retrieve
+from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, misled_by, problems, retrieve
 from opsagent.models import Action, Incident, Lesson, Situation, Symptom
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
@@ -224,3 +224,108 @@ def test_lessons_from_an_older_store_read_as_before_and_touch_no_environment(tmp
         old = store.lessons()
     assert len(old) == 2 and {le.teaches for le in old} == {"refuted"}
     assert EnvironmentMemory.of(old, incident()).lessons == []
+
+
+# ---------------------------------------------------------------- detectors: everyday noise, telling evidence
+
+
+def taught_by(evidence: dict[str, dict[str, float]], times: int, *, cause: str = "db") -> list[Lesson]:
+    """What ``times`` incidents taught where the leading suspects (cart, db, api) showed ``evidence``."""
+    seen = Situation(
+        alert="ApiSlow@api",
+        symptom=Symptom.latency,
+        components=SYSTEM,
+        evidence=evidence,
+        observations={c: {f: f"o-{c}-{f}" for f in fs} for c, fs in evidence.items()},
+    )
+    memory = InMemoryLessons()
+    for n in range(times):
+        for le in taught(
+            seen,
+            ["cart", "db", "api"],
+            cause=cause,
+            kind="code_exception",
+            incident_id=f"inc-{n}",
+            now=NOW + timedelta(minutes=n),
+            remedy=REMEDY,
+        ):
+            memory.upsert_lesson(le)
+    return memory.lessons()
+
+
+def test_an_incident_teaches_which_detectors_the_cause_showed_and_which_its_innocent_leading_suspects_showed() -> None:
+    lessons = learned(1)
+    telling = {le.feature: le.strength for le in lessons if le.teaches == "telling"}
+    noise = {le.feature: le.strength for le in lessons if le.teaches == "noise"}
+    assert telling == {"mech:own_errors": 3.0}
+    assert noise == {"log:new_errors": 4.0, "signal:latency_p99:up": 2.0}
+    detectors = [le for le in lessons if le.teaches in ("noise", "telling")]
+    assert all(le.component is None and le.trigger.alert == "ApiSlow@api" for le in detectors)
+    cited = {le.feature: le.refuting_evidence[0].observation_id for le in lessons if le.teaches == "noise"}
+    assert cited == {"log:new_errors": "l-1", "signal:latency_p99:up": "m-1"}  # the observation that showed it
+    assert all(not problems(le) for le in lessons)
+
+
+def test_a_detector_seen_on_innocent_leading_suspects_counts_at_most_half_less_on_every_component() -> None:
+    memory = EnvironmentMemory.of(learned(environment.NOISE_MIN_SEEN), incident())
+    features = {"pay": {"signal:latency_p99:up": 4.0}, "search": {"signal:latency_p99:up": 2.0}, "db": {"x": 1.0}}
+    effects = memory.calibrate(features, SYSTEM)
+    assert features == {
+        "pay": {"signal:latency_p99:up": 2.0},
+        "search": {"signal:latency_p99:up": 1.0},
+        "db": {"x": 1.0},
+    }
+    assert {(e.component, e.before, e.after) for e in effects} == {("pay", 4.0, 2.0), ("search", 2.0, 1.0)}
+    assert "in 3 earlier incident(s) here it showed on an innocent leading suspect, on the cause in 0" in effects[0].why
+    (use,) = memory.uses(effects)
+    assert use.acted and use.lowered == ["pay/*", "search/*"]
+
+
+def test_a_detector_is_not_noise_before_it_showed_on_innocents_in_enough_incidents() -> None:
+    features = {"pay": {"signal:latency_p99:up": 4.0}}
+    memory = EnvironmentMemory.of(learned(environment.NOISE_MIN_SEEN - 1), incident())
+    assert memory.calibrate(features, SYSTEM) == [] and features["pay"]["signal:latency_p99:up"] == 4.0
+
+
+def test_a_detector_the_cause_showed_too_counts_less_only_by_how_much_more_often_innocents_showed_it() -> None:
+    # latency moved on cart (innocent) in three incidents, and on db, the cause, in one of them
+    lessons = taught_by({"cart": {"lat": 2.0}}, 2) + taught_by({"cart": {"lat": 2.0}, "db": {"lat": 1.0}}, 1)
+    memory = EnvironmentMemory.of(lessons, incident())
+    features = {"pay": {"lat": 3.0}}
+    memory.calibrate(features, SYSTEM)
+    assert features["pay"]["lat"] == pytest.approx(3.0 * (1 - environment.MAX_DISCOUNT * 2 / 3), abs=1e-4)
+    # as often on the cause as on the innocents: it tells nothing apart, and nothing is lowered
+    both = taught_by({"cart": {"lat": 2.0}, "db": {"lat": 1.0}}, 3)
+    assert EnvironmentMemory.of(both, incident()).calibrate({"pay": {"lat": 3.0}}, SYSTEM) == []
+
+
+def test_noise_that_lowered_the_cause_is_held_to_account_and_of_another_system_does_nothing() -> None:
+    lessons = learned(environment.NOISE_MIN_SEEN)
+    memory = EnvironmentMemory.of(lessons, incident())
+    effects = memory.calibrate({"pay": {"signal:latency_p99:up": 4.0}}, SYSTEM)
+    assert misled_by(memory.uses(effects), "pay", "code_exception", top="cart") == [effects[0].lesson_id]
+    other = ["web", "queue", "worker", "cache", "pay"]
+    assert (
+        EnvironmentMemory.of(lessons, incident(other)).calibrate({"pay": {"signal:latency_p99:up": 4.0}}, other) == []
+    )
+
+
+def test_a_usual_level_on_a_component_wins_over_the_environment_wide_noise_of_the_same_detector() -> None:
+    memory = EnvironmentMemory.of(learned(environment.NOISE_MIN_SEEN), incident())
+    features = {"cart": {"signal:latency_p99:up": 8.0}}
+    effects = memory.calibrate(features, SYSTEM)
+    assert features["cart"]["signal:latency_p99:up"] == 6.0  # 8 - 2 (cart's usual level), not halved again
+    (effect,) = effects
+    assert effect.why.startswith("lowered signal:latency_p99:up on cart from 8.00 to 6.00: in 3 earlier incidents")
+
+
+def test_a_detector_lesson_without_its_feature_is_refused_and_a_whole_one_survives_the_store(
+    store_location: StoreLocation,
+) -> None:
+    noise = next(le for le in learned(1) if le.teaches == "noise")
+    assert "a noise lesson needs the feature and the strength (>= 0) it showed" in problems(
+        noise.model_copy(update={"feature": None})
+    )
+    with Store(store_location) as store:
+        store.upsert_lesson(noise)
+        assert store.lessons() == [noise]

@@ -3,19 +3,20 @@
 import asyncio
 import hashlib
 import sqlite3
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from opsagent.lessons import InMemoryLessons, concrete, finalised, from_truth, problems, retrieve
-from opsagent.models import Action, Citation, Lesson, LessonTrigger, Symptom
+from opsagent.lessons import InMemoryLessons, Retrieved, concrete, finalised, from_truth, problems, retrieve
+from opsagent.models import Action, Citation, Hypothesis, Incident, Lesson, LessonTrigger, Symptom
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
 from opsagent.store import Store, StoreError, StoreLocation, schema_version
+from opsagent.triage import Triage
 from tests.conftest import ORDER_INCIDENT
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -141,10 +142,50 @@ def test_repeat_incident_needs_fewer_steps_and_starts_with_the_lessons_action() 
     second = asyncio.run(replay(ORDER_INCIDENT, memory=memory, use_lessons=True)).scores[0]
     assert second.verdict_ok and first.verdict_ok
     assert second.steps < first.steps and second.tool_calls < first.tool_calls
-    taught = memory.lessons()[0]
+    taught = next(le for le in memory.lessons() if le.teaches == "refuted")  # the others act on triage
     first_action = report.results[0].steps[0].action
     assert first_action is not None
     assert first_action == concrete(taught.next_action, "order-service")
     used = next(u for u in report.lessons_used if u.lesson_id == taught.id)
     assert used.acted and any("was not verified" in e for e in used.effects)
-    assert memory.lessons()[0].times_helped >= 1
+    assert next(le for le in memory.lessons() if le.id == taught.id).times_helped >= 1
+
+
+def test_lessons_that_agree_stop_lowering_a_kind_once_they_misled_more_than_they_helped_between_them() -> None:
+    incident = Incident.model_validate(
+        {
+            "id": "inc-2",
+            "services": ["order-service"],
+            "symptom": "latency",
+            "onset": NOW + timedelta(minutes=20),
+            "window": {"start": NOW, "end": NOW + timedelta(minutes=30)},
+            "baseline": {"start": NOW, "end": NOW + timedelta(minutes=10)},
+            "labels": {},
+            "title": "slow",
+        }
+    )
+    h = Hypothesis(
+        id="h1",
+        component="order-service",
+        kind="db_pool_exhaustion",
+        statement="the pool is exhausted",
+        confirm_if=[],
+        refute_if=[],
+        prior=0.5,
+        score=1.0,
+    )
+    triage = Triage(graph=[], components=[], observation_ids=[], source_kinds=[])
+    reasoner = PlaybookReasoner(load_default_playbooks())
+    # each alone has not misled more than it helped; together they misled twice and helped once
+    misled = lesson(signals=("log:timeout",), times_misled=1, times_helped=1)
+    fresh = lesson(signals=("log:timeout", "signal:latency_p99:up"), times_misled=1)
+    agreeing = [Retrieved(lesson=le, relevance=1.0, component="order-service") for le in (misled, fresh)]
+    (held,) = reasoner.rank(incident, [h], triage, agreeing)
+    assert held.score == 1.0
+    assert any(
+        "2 lessons that lower it here misled 2 time(s) between them and helped 1" in n for n in held.lesson_notes
+    )
+    # with a record in their favour, one lowering still applies
+    helped = [Retrieved(lesson=misled, relevance=1.0, component="order-service")]
+    (lowered,) = reasoner.rank(incident, [h], triage, helped)
+    assert lowered.score < 1.0

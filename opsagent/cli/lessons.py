@@ -41,6 +41,10 @@ def _what(le: Lesson) -> str:
         return f"cause behind {le.trigger.alert}: {le.component}"
     if le.teaches == "usual":
         return f"usual on {le.component}: {le.feature} up to {le.strength}"
+    if le.teaches == "noise":
+        return f"on innocent suspects under {le.trigger.alert}: {le.feature} up to {le.strength}"
+    if le.teaches == "telling":
+        return f"on the cause under {le.trigger.alert}: {le.feature} at {le.strength}"
     return le.refuted_kind
 
 
