@@ -677,7 +677,7 @@ def unrouted_paths(
     """Components whose requests their entry has answered ``404 Not Found`` since some point, every one
     of them to the last, while it went on answering its other paths (``said``: the last lines per
     component, an entry's access log among them). A path names the component it is for by convention
-    (``/api/v1/orderservice/…`` for ``shop-orderservice``): where at least MIN_FAILED_CONNECTS requests
+    (``/api/v2/basket/…`` for ``shop-basket``): where at least MIN_FAILED_CONNECTS requests
     in a row to that path, up to the last, were not found, the route in front of the component (a
     gateway's or an Ingress's) sends them somewhere that does not serve them, and the component is cut
     off for them. A component another finding already explains (not ready, scaled to zero) is left to
