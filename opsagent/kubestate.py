@@ -58,6 +58,7 @@ class _Terminated(_View):
     reason: str | None = None
     message: str | None = None
     exitCode: int | None = None
+    startedAt: AwareDatetime | None = None
     finishedAt: AwareDatetime | None = None
 
 
@@ -66,8 +67,12 @@ class _Waiting(_View):
     message: str | None = None
 
 
+class _Running(_View):
+    startedAt: AwareDatetime | None = None
+
+
 class _State(_View):
-    running: dict[str, Any] | None = None
+    running: _Running | None = None
     waiting: _Waiting | None = None
     terminated: _Terminated | None = None
 
@@ -299,6 +304,7 @@ def _container(cs: _ContainerStatus, memory_limit: str | None) -> ContainerState
         t = cs.state.terminated
         state, reason, message, code = "terminated", t.reason, t.message, t.exitCode
     last = cs.lastState.terminated
+    ran = last.finishedAt - last.startedAt if last and last.finishedAt and last.startedAt else None
     return ContainerState(
         name=cs.name,
         image=cs.image,
@@ -312,6 +318,8 @@ def _container(cs: _ContainerStatus, memory_limit: str | None) -> ContainerState
         last_exit_code=last.exitCode if last else None,
         last_finished_at=(cs.state.terminated.finishedAt if cs.state.terminated else None)
         or (last.finishedAt if last else None),
+        last_ran_s=ran.total_seconds() if ran is not None else None,
+        running_since=cs.state.running.startedAt if cs.state.running is not None else None,
         memory_limit=memory_limit,
     )
 
@@ -586,13 +594,37 @@ def _mine(data: KubernetesData, service: str) -> list[PodState]:
     return [p for p in data.pods if p.service == service]
 
 
-def ended(data: KubernetesData, service: str, reasons: Sequence[str], since: datetime) -> list[str]:
-    """Containers of the service whose run ended (now or last time) for one of ``reasons`` since then."""
+#: A run that lasted this many seconds or less failed while starting (a dependency or sidecar not up yet).
+STARTUP_FAILURE_S = 30.0
+
+
+def settled(c: ContainerState, onset: datetime) -> bool:
+    """Whether the container failed only while starting and has run, ready, since before onset: it
+    exited within STARTUP_FAILURE_S of starting (Kubernetes starts a pod's containers in no order, and
+    a service that dials a dependency or its sidecar too early exits), then came up and served through
+    onset. Its restarts happened before the incident and say nothing about it."""
+    return (
+        c.state == "running"
+        and c.ready
+        and c.running_since is not None
+        and c.running_since < onset
+        and c.last_ran_s is not None
+        and c.last_ran_s <= STARTUP_FAILURE_S
+    )
+
+
+def ended(
+    data: KubernetesData, service: str, reasons: Sequence[str], since: datetime, *, onset: datetime | None = None
+) -> list[str]:
+    """Containers of the service whose run ended (now or last time) for one of ``reasons`` since then;
+    with ``onset``, not those that only failed while starting and have served since before it (:func:`settled`)."""
     out = []
     for p in _mine(data, service):
         for c in p.containers:
             reason = c.reason if c.state == "terminated" else c.last_reason
             code = c.exit_code if c.state == "terminated" else c.last_exit_code
+            if onset is not None and settled(c, onset):
+                continue
             if reason in reasons and c.last_finished_at is not None and c.last_finished_at >= since:
                 limit = f", limit {c.memory_limit}" if c.memory_limit else ""
                 out.append(

@@ -436,6 +436,8 @@ class ContainerState(Frozen):
     last_reason: str | None = Field(default=None, description="how the previous run ended: OOMKilled, Error…")
     last_exit_code: int | None = None
     last_finished_at: AwareDatetime | None = None
+    last_ran_s: float | None = Field(default=None, description="how long the previous run lasted, in seconds")
+    running_since: AwareDatetime | None = Field(default=None, description="when the current run started")
     memory_limit: str | None = Field(default=None, description="resources.limits.memory as written, e.g. 256Mi")
 
 

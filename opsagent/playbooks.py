@@ -880,7 +880,7 @@ def _terminated(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     if data is None:
         return _UNKNOWN
     reasons = exp.reasons or list(kubestate.OOM)
-    found = kubestate.ended(data, ctx.service, reasons, _since(exp, ctx))
+    found = kubestate.ended(data, ctx.service, reasons, _since(exp, ctx), onset=ctx.incident.onset)
     return _signs_found(found, f"no container of {ctx.service} ended {'/'.join(reasons)} since before onset")
 
 

@@ -17,6 +17,7 @@ from opsagent.analysis.kube import (
     exhausted_backends,
     explain_exits,
     unreachable_dependencies,
+    unrouted_paths,
 )
 from opsagent.fixtures import KubeObject
 from opsagent.kubestate import Cluster, since_onset
@@ -274,3 +275,49 @@ def test_a_backend_that_refuses_its_crash_looping_callers_for_having_too_many_co
 )
 def test_crash_loops_stand_where_no_single_backend_says_it_refuses_them(said: dict[str, list[str]]) -> None:
     assert [(f.component, f.kind) for f in _exhausted(said)] == [("orders", "crash_loop"), ("cart", "crash_loop")]
+
+
+def _access(path: str, status: int) -> str:
+    return f'10.0.0.7 - - [04/May/2026:10:12:01 +0000] "GET {path} HTTP/1.1" {status} 153 "-" "curl/8.5"'
+
+
+def _unrouted(said: dict[str, list[str]], name: str = "callers_cannot_connect") -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
+    return unrouted_paths(cluster, analyze(cluster, since=since_onset(ONSET)), said)
+
+
+def test_a_component_whose_every_request_its_entry_answers_not_found_is_cut_off_by_its_route() -> None:
+    """web's access log answers every request for /api/v1/cart 404 while its orders path answers 200:
+    the route in front of cart sends its requests where nothing serves them."""
+    lines = [_access("/api/v1/cart/items", 404), _access("/api/v1/orders/recent", 200)] * MIN_FAILED_CONNECTS
+    (f,) = _unrouted({"web": lines})
+    assert (f.component, f.component_type, f.object) == ("cart", "service", "Route/api/v1/cart")
+    assert (f.sign, f.kind, f.affects) == ("route_not_found", "config_change", ["cart"])
+    assert f"web answered the last {MIN_FAILED_CONNECTS} requests to /api/v1/cart (for cart) 404" in f.why
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # the client gave up (499) or the backend failed (503): slow or down, not a route to nowhere
+        [_access("/api/v1/cart", 499), _access("/api/v1/orders", 200)] * 10,
+        [_access("/api/v1/cart", 503), _access("/api/v1/orders", 200)] * 10,
+        # the last request for cart was served: the route works again
+        [_access("/api/v1/cart", 404)] * 10 + [_access("/api/v1/cart", 200), _access("/api/v1/orders", 200)],
+        # cart's path is not found since the orders path was last served: the entry stopped serving
+        [_access("/api/v1/orders", 200)] + [_access("/api/v1/cart", 404)] * 10,
+        # every path not found: the entry itself is broken, not one route
+        [_access("/api/v1/cart", 404), _access("/api/v1/orders", 404)] * 10,
+        # fewer requests than the rule asks for
+        [_access("/api/v1/cart", 404)] * (MIN_FAILED_CONNECTS - 1) + [_access("/api/v1/orders", 200)],
+        # a path that names no component of the read
+        [_access("/api/v1/payments", 404), _access("/api/v1/orders", 200)] * 10,
+    ],
+)
+def test_paths_that_are_served_slow_or_down_or_name_no_component_name_nothing(lines: list[str]) -> None:
+    assert _unrouted({"web": lines}) == []
+
+
+def test_a_component_whose_own_pods_are_down_is_left_to_them_though_its_path_is_not_found() -> None:
+    lines = [_access("/api/v1/cart", 404), _access("/api/v1/web/health", 200)] * 10
+    assert _unrouted({"web": lines}, "crash_loop") == []

@@ -85,6 +85,7 @@ def test_a_service_whose_selector_matches_no_pod_outranks_the_caller_that_report
 
 DNS_EXIT = Path(__file__).parent / "data" / "kube" / "dns-exit-incident"
 UNREACHABLE = Path(__file__).parent / "data" / "kube" / "unreachable-incident"
+UNROUTED = Path(__file__).parent / "data" / "kube" / "unrouted-incident"
 
 
 @pytest.mark.parametrize("strategy", ["hybrid", "react"])
@@ -108,3 +109,16 @@ def test_a_service_its_callers_cannot_reach_while_its_pods_are_ready_outranks_th
     (finding,) = reads[0].findings
     assert (finding.object, finding.sign) == ("Service/shop/cart", "unreachable_while_ready")
     assert "web cannot connect to cart:6379" in finding.why
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "react"])
+def test_a_component_whose_requests_its_entry_answers_not_found_outranks_the_entry(strategy: str) -> None:
+    """Every pod is ready; since 10:05 web's access log answers every request for /api/v1/cart 404
+    while its search path answers 200. cart (the route in front of it) is named, not web."""
+    report, _ = asyncio.run(investigate_fixture(UNROUTED, playbooks=PLAYBOOKS, strategy_name=strategy))
+    first = report.suspects[0]
+    assert (first.component, first.kind) == ("cart", "config_change")
+    reads = [o.data for o in report.observations if isinstance(o.data, KubernetesData) and o.data.findings]
+    (finding,) = reads[0].findings
+    assert (finding.object, finding.sign, finding.affects) == ("Route/api/v1/cart", "route_not_found", ["cart"])
+    assert "web answered the last 60 requests to /api/v1/cart (for cart) 404 Not Found" in finding.why

@@ -18,7 +18,9 @@ become ``kube:<sign>`` features (:mod:`opsagent.features`) and ranking weighs th
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -658,3 +660,80 @@ def exhausted_backends(
         affects=callers,
     )
     return [*(f for f in findings if f not in victims), found]
+
+
+#: A line of an HTTP access log (the common and combined formats nginx, Apache and Envoy write):
+#: the path requested and the status answered.
+ACCESS_LINE = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[^\s"?]*)[^"]*" (\d{3})\b')
+#: The status of a path that routes nowhere: nothing behind the route knows it.
+NOT_FOUND = "404"
+#: A path segment shorter than this names no component (``v1``, ``api``).
+MIN_ROUTE_SEGMENT = 4
+
+
+def unrouted_paths(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]]
+) -> list[KubeFinding]:
+    """Components whose requests their entry has answered ``404 Not Found`` since some point, every one
+    of them to the last, while it went on answering its other paths (``said``: the last lines per
+    component, an entry's access log among them). A path names the component it is for by convention
+    (``/api/v2/basket/…`` for ``shop-basket``): where at least MIN_FAILED_CONNECTS requests
+    in a row to that path, up to the last, were not found, the route in front of the component (a
+    gateway's or an Ingress's) sends them somewhere that does not serve them, and the component is cut
+    off for them. A component another finding already explains (not ready, scaled to zero) is left to
+    that finding."""
+    explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
+    components = sorted({p.service for p in cluster.pods})
+    out: list[KubeFinding] = []
+    for caller, lines in sorted(said.items()):
+        answered: dict[tuple[str, str], list[tuple[int, str, str]]] = defaultdict(list)
+        served: list[tuple[int, tuple[str, str] | None]] = []  # where other paths were answered 2xx or 3xx
+        for i, line in enumerate(lines):
+            m = ACCESS_LINE.search(line)
+            if m is None:
+                continue
+            route = _route_of(m.group(1), components)
+            if route is not None:
+                answered[route].append((i, m.group(2), line))
+            if m.group(2)[0] in "23":
+                served.append((i, route))
+        for (prefix, target), requests in sorted(answered.items()):
+            run = list(itertools.takewhile(lambda r: r[1] == NOT_FOUND, reversed(requests)))
+            if len(run) < MIN_FAILED_CONNECTS or target == caller or target in explained:
+                continue
+            since = run[-1][0]
+            if not any(i >= since and route != (prefix, target) for i, route in served):
+                continue  # the entry answers nothing else either: it is broken, not one route
+            out.append(
+                KubeFinding(
+                    component=target,
+                    component_type="service",
+                    object=f"Route{prefix}",
+                    sign="route_not_found",
+                    kind="config_change",
+                    why=f"{caller} answered the last {len(run)} requests to {prefix} (for {target}) "
+                    f"{NOT_FOUND} Not Found while it served its other paths: the route in front of {target} "
+                    f"sends them where nothing serves them: {' '.join(run[0][2].split())[:200]}",
+                    field="entry's access log",
+                    affects=[target],
+                )
+            )
+    return out
+
+
+def _route_of(path: str, components: Sequence[str]) -> tuple[str, str] | None:
+    """(the path up to the segment that names a component, that component), where exactly one
+    component's name, letters and digits only, is the segment or ends with it."""
+    segments = [s for s in path.split("/") if s]
+    for i, segment in enumerate(segments):
+        key = _alnum(segment)
+        if len(key) < MIN_ROUTE_SEGMENT:
+            continue
+        named = [c for c in components if _alnum(c).endswith(key)]
+        if len(named) == 1:
+            return "/" + "/".join(segments[: i + 1]), named[0]
+    return None
+
+
+def _alnum(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())

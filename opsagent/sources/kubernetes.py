@@ -15,7 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from opsagent.analysis.kube import analyze, exhausted_backends, explain_exits, unreachable_dependencies
+from opsagent.analysis.kube import (
+    analyze,
+    exhausted_backends,
+    explain_exits,
+    unreachable_dependencies,
+    unrouted_paths,
+)
 from opsagent.errors import AnswerTooLarge, SourceError
 from opsagent.fixtures import Change, KubeKind, KubeObject, Recording
 from opsagent.kubestate import SERVICE_LABELS, Cluster, events_view, nodes_view, pods_view, rollout_changes, since_onset
@@ -129,8 +135,8 @@ class KubernetesState:
     async def _explained(self, cluster: Cluster, findings: list[KubeFinding], *, since: datetime) -> list[KubeFinding]:
         """The findings, read with what the containers' last lines say: each crash loop with what stops
         it, a backend that refuses its crash-looping callers for having too many connections in place
-        of their crash loops, and the components their callers cannot connect to while their pods are
-        ready."""
+        of their crash loops, the components their callers cannot connect to while their pods are
+        ready, and the components whose every request their entry answers not found."""
         if self._last_words is None:
             return findings
         at = self._now()
@@ -145,7 +151,8 @@ class KubernetesState:
             zip(callers, await asyncio.gather(*(self._last_words(c, frozenset(), at) for c in callers)), strict=True)
         )
         findings = exhausted_backends(cluster, findings, {**heard, **last_words})
-        return [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
+        findings = [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
+        return [*findings, *unrouted_paths(cluster, findings, heard)]
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
         cluster, at, unread = await self.cluster()
