@@ -59,10 +59,15 @@ def situation(components: list[str] = SYSTEM) -> Situation:
 
 def learned(times: int, components: list[str] = SYSTEM, cause: str = "db") -> list[Lesson]:
     """What ``times`` incidents alike taught, merged as a store merges them."""
+    return _merged(situation(components), times, cause)
+
+
+def _merged(seen: Situation, times: int, cause: str) -> list[Lesson]:
+    """The lessons ``times`` incidents in situation ``seen`` (leading suspects cart, db, api) taught."""
     memory = InMemoryLessons()
     for n in range(times):
         for le in taught(
-            situation(components),
+            seen,
             ["cart", "db", "api"],
             cause=cause,
             kind="code_exception",
@@ -238,19 +243,7 @@ def taught_by(evidence: dict[str, dict[str, float]], times: int, *, cause: str =
         evidence=evidence,
         observations={c: {f: f"o-{c}-{f}" for f in fs} for c, fs in evidence.items()},
     )
-    memory = InMemoryLessons()
-    for n in range(times):
-        for le in taught(
-            seen,
-            ["cart", "db", "api"],
-            cause=cause,
-            kind="code_exception",
-            incident_id=f"inc-{n}",
-            now=NOW + timedelta(minutes=n),
-            remedy=REMEDY,
-        ):
-            memory.upsert_lesson(le)
-    return memory.lessons()
+    return _merged(seen, times, cause)
 
 
 def test_an_incident_teaches_which_detectors_the_cause_showed_and_which_its_innocent_leading_suspects_showed() -> None:
