@@ -105,7 +105,7 @@ def _transitions(
     serves: dict[str, int] = {}
     calls: dict[tuple[str, str], int] = {}
     logs: dict[str, int] = {}
-    ev_span, ev_t, ev_kind, ev_label = array("q"), array("d"), array("b"), array("q")
+    ev_span, ev_t, ev_kind, ev_label = array("i"), array("d"), array("b"), array("i")
     for s in spans:
         t = s.start_s
         op = s.operation
@@ -157,20 +157,22 @@ def _transitions(
         return Counter()
     texts = list(labels)
     # a span's steps in the order of (time, kind, label), as the tuples (t, kind, label) sort
-    rank = np.empty(len(texts), dtype=np.int64)
+    rank = np.empty(len(texts), dtype=np.int32)
     rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
-    span = np.frombuffer(ev_span, dtype=np.int64)
-    label = np.frombuffer(ev_label, dtype=np.int64)
+    span = np.frombuffer(ev_span, dtype=np.int32)
+    label = np.frombuffer(ev_label, dtype=np.int32)
     order = np.lexsort(
         (rank[label], np.frombuffer(ev_kind, dtype=np.int8), np.frombuffer(ev_t, dtype=np.float64), span)
     )
     span, label = span[order], label[order]
+    del order, ev_t, ev_kind
     following = np.empty_like(label)
     following[:-1] = label[1:]
     last = np.ones(len(span), dtype=bool)
     last[:-1] = span[1:] != span[:-1]
     following[last] = end
-    # each span's period (0 after, 1 baseline, 2 before onset; -1 none, or a parent outside the recording)
+    # each span's period (0 after, 1 baseline, 2 before onset) and component as one number; -1 for a
+    # span in no period, or a parent outside the recording
     component = np.frombuffer(owner, dtype=np.int64)
     start = np.frombuffer(began, dtype=np.float64)
     period = np.full(len(ids), -1, dtype=np.int64)
@@ -178,23 +180,21 @@ def _transitions(
     period[(w0 <= start) & (start < onset)] = 2
     period[(b0 <= start) & (start < b1)] = 1
     period[(onset <= start) & (start < w1)] = 0
-    period[component < 0] = -1
-    counted = period[span] >= 0
-    rows = [column[counted] for column in (period[span], component[span], label, following)]
-    # equal rows side by side (sorted by their columns as numbers), then counted by where they change
-    order = np.lexsort(rows[::-1])
-    rows = [column[order] for column in rows]
-    starts = np.flatnonzero(np.any([np.diff(column, prepend=-1) != 0 for column in rows], axis=0))
-    counts = np.diff(starts, append=len(order))
-    found = zip(*(column[starts].tolist() for column in rows), strict=True)
+    whose = np.where((period < 0) | (component < 0), -1, period * len(services) + component)[span]
+    counted = whose >= 0
+    # each (step, next step) as one number; equal (whose, pair) side by side, counted where they change
+    whose, pair = whose[counted], label[counted].astype(np.int64) * len(texts) + following[counted]
+    order = np.lexsort((pair, whose))
+    whose, pair = whose[order], pair[order]
+    starts = np.flatnonzero((np.diff(whose, prepend=-1) != 0) | (np.diff(pair, prepend=-1) != 0))
+    counts = np.diff(starts, append=len(whose))
     names = ("after", "baseline", "pre")
     component_names = list(services)
-    return Counter(
-        {
-            (names[p], component_names[c], texts[a], texts[b]): n
-            for (p, c, a, b), n in zip(found, counts.tolist(), strict=True)
-        }
-    )
+    counted_pairs: Counter[tuple[str, str, str, str]] = Counter()
+    for w, p, n in zip(whose[starts].tolist(), pair[starts].tolist(), counts.tolist(), strict=True):
+        (period_code, component_code), (a, b) = divmod(w, len(services)), divmod(p, len(texts))
+        counted_pairs[(names[period_code], component_names[component_code], texts[a], texts[b])] = n
+    return counted_pairs
 
 
 def _calls_another(step: str, service: str) -> bool:
