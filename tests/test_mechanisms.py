@@ -457,6 +457,58 @@ def test_steps_found_hold_for_clocks_in_another_zone_spans_without_status_and_a_
     assert pricing.reference == "before onset" and pricing.share_before == 1.0 and pricing.z > 3
 
 
+def _span(trace: str, span_id: str, parent_id: str | None, service: str, operation: str, start: int) -> Span:
+    return Span(
+        trace_id=trace,
+        span_id=span_id,
+        parent_id=parent_id,
+        service=service,
+        operation=operation,
+        start=start,
+        duration_us=1_000,
+        status="ok",
+    )
+
+
+def test_steps_found_do_not_depend_on_the_order_spans_and_lines_were_recorded_in() -> None:
+    # A recording lists a child span before its parent, or a span's lines before the span, as often as
+    # not: the steps of each span are put in time order whatever order they came in.
+    spans, lines = _steps_incident()
+    found = step_shortfalls(spans, lines, incident=_incident())
+    assert step_shortfalls(spans[::-1], lines[::-1], incident=_incident()) == found
+    # "api" stopped calling the database after onset; its spans are listed after their children's.
+    calls: list[Span] = []
+    for i in range(30):
+        for when, tag in ((ONSET - timedelta(minutes=8), "b"), (ONSET + timedelta(minutes=1), "a")):
+            start = int((when + timedelta(seconds=i)).timestamp() * 1e9)
+            if tag == "b" or i % 5 == 0:
+                calls.append(_span(f"{tag}{i}", f"{tag}{i}-db", f"{tag}{i}-api", "db", "SELECT", start + 1_000))
+            calls.append(_span(f"{tag}{i}", f"{tag}{i}-api", None, "api", "GET /", start))
+    for ordered in (calls, calls[::-1]):
+        (api,) = [s for s in step_shortfalls(ordered, [], incident=_incident()) if s.component == "api"]
+        assert (api.step, api.next_step) == ("serves GET /", "calls db SELECT")
+        assert api.share_before == 1.0 and api.share_after == 0.2 and api.z > 3
+
+
+def test_a_span_known_only_by_its_lines_and_its_children_is_a_span_of_the_component_that_logged() -> None:
+    # The tracer of "api" sent nothing (no span of its own), but its children's spans name it as their
+    # parent and its lines carry its span id: its steps are its lines and its calls, in time order.
+    spans: list[Span] = []
+    lines: list[StepLine] = []
+    for i in range(30):
+        for when, tag in ((ONSET - timedelta(minutes=8), "b"), (ONSET + timedelta(minutes=1), "a")):
+            at = when + timedelta(seconds=i)
+            parent = f"{tag}{i}-api"
+            start = int(at.timestamp() * 1e9) + 2_000_000
+            spans.append(_span(f"{tag}{i}", f"{tag}{i}-db", parent, "db", "SELECT", start))
+            lines.append(StepLine(ts=at.timestamp(), service="api", span_id=parent, template="checked <*>"))
+            if tag == "b" or i % 5 == 0:
+                lines.append(StepLine(ts=at.timestamp() + 0.001, service="api", span_id=parent, template="saved <*>"))
+    (api,) = [s for s in step_shortfalls(spans, lines, incident=_incident()) if s.component == "api"]
+    assert (api.step, api.next_step) == ("logs checked <*>", "logs saved <*>")
+    assert api.share_before == 1.0 and api.share_after == 0.2 and api.z > 3
+
+
 def test_which_step_comes_first_is_not_counted_so_a_change_of_traffic_mix_is_no_shortfall() -> None:
     lines: list[StepLine] = []
     for i in range(30):  # logs without span operations: before onset most requests are reads, after, writes

@@ -17,10 +17,12 @@ of the same incident. Pure functions; no I/O.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+
+import numpy as np
 
 from opsagent.fixtures import Span, unix
 from opsagent.logsummary.masking import Masker
@@ -82,38 +84,121 @@ def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]
     ]
 
 
-def _sequences(spans: Sequence[Span], lines: Iterable[StepLine]) -> dict[str, tuple[str, float, list[str]]]:
-    """Per span id: its component, when it began, and its steps in order."""
-    events: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
-    owner: dict[str, tuple[str, float]] = {}
-    # One label string per operation, call and template, shared by every span that takes the step (a
-    # large recording has hundreds of thousands of spans and a few hundred distinct steps).
-    serves: dict[str, str] = {}
-    calls: dict[tuple[str, str], str] = {}
-    logs: dict[str, str] = {}
+def _transitions(
+    spans: Iterable[Span],
+    lines: Iterable[StepLine],
+    *,
+    onset: float,
+    window: tuple[float, float],
+    baseline: tuple[float, float],
+) -> Counter[tuple[str, str, str, str]]:
+    """How often each step was followed by each next one: ``(period, component, step, next step)`` ->
+    count, a span counted in the period its start falls in (``after`` onset, else ``baseline``, else
+    ``pre``: between the window's start and onset; a span in none is left out).
+
+    A span's steps are the operation it serves (at its start), the log lines it writes and the calls it
+    makes (at each callee's start), in time order, then END; a parent outside the recording has no
+    steps of its own. Spans, components and steps are coded as numbers, and the steps ordered and their
+    pairs counted as arrays (numpy): a large recording has hundreds of thousands of spans and a few
+    thousand distinct steps, and a list of step labels per span set the peak of its investigation."""
+    ids: dict[str, int] = {}  # span id -> its number
+    services: dict[str, int] = {}  # component -> its number
+    # by span number: its component's number (-1 for a span known only as a parent) and when it began
+    owner, began = array("q"), array("d")
+    labels: dict[str, int] = {}  # step label -> its number
+    serves: dict[str, int] = {}
+    calls: dict[tuple[str, str], int] = {}
+    logs: dict[str, int] = {}
+    ev_span, ev_t, ev_kind, ev_label = array("i"), array("d"), array("b"), array("i")
     for s in spans:
         t = s.start_s
         op = s.operation
-        served = serves.get(op) or serves.setdefault(op, f"serves {op}")
-        events[s.span_id].append((t, 0, served))
-        owner[s.span_id] = (s.service, t)
+        served = serves.get(op)
+        if served is None:
+            served = serves[op] = labels.setdefault(f"serves {op}", len(labels))
+        code = ids.setdefault(s.span_id, len(ids))
+        ev_span.append(code)
+        ev_t.append(t)
+        ev_kind.append(0)
+        ev_label.append(served)
+        service = services.setdefault(s.service, len(services))
+        if code == len(owner):
+            owner.append(service)
+            began.append(t)
+        else:  # a span seen before as a parent (or a span id given twice: the last one owns it)
+            owner[code] = service
+            began[code] = t
         if s.parent_id:
             key = (s.service, op)
-            call = calls.get(key) or calls.setdefault(key, f"calls {s.service} {op}")
-            events[s.parent_id].append((t, 2, call))
+            call = calls.get(key)
+            if call is None:
+                call = calls[key] = labels.setdefault(f"calls {s.service} {op}", len(labels))
+            parent = ids.setdefault(s.parent_id, len(ids))
+            if parent == len(owner):
+                owner.append(-1)
+                began.append(0.0)
+            ev_span.append(parent)
+            ev_t.append(t)
+            ev_kind.append(2)
+            ev_label.append(call)
     for line in lines:
-        logged = logs.get(line.template) or logs.setdefault(line.template, f"logs {line.template}")
-        events[line.span_id].append((line.ts, 1, logged))
-        if line.span_id not in owner:
-            owner[line.span_id] = (line.service, line.ts)
-    out: dict[str, tuple[str, float, list[str]]] = {}
-    for span_id, evs in events.items():
-        if span_id not in owner:  # a parent outside the recording: its calls alone are not its steps
-            continue
-        evs.sort()
-        service, began = owner[span_id]
-        out[span_id] = (service, began, [*(e[2] for e in evs), END])
-    return out
+        logged = logs.get(line.template)
+        if logged is None:
+            logged = logs[line.template] = labels.setdefault(f"logs {line.template}", len(labels))
+        code = ids.setdefault(line.span_id, len(ids))
+        ev_span.append(code)
+        ev_t.append(line.ts)
+        ev_kind.append(1)
+        ev_label.append(logged)
+        if code == len(owner):
+            owner.append(services.setdefault(line.service, len(services)))
+            began.append(line.ts)
+        elif owner[code] < 0:
+            owner[code] = services.setdefault(line.service, len(services))
+            began[code] = line.ts
+    end = labels.setdefault(END, len(labels))
+    if not ids:
+        return Counter()
+    texts = list(labels)
+    # a span's steps in the order of (time, kind, label), as the tuples (t, kind, label) sort
+    rank = np.empty(len(texts), dtype=np.int32)
+    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
+    span = np.frombuffer(ev_span, dtype=np.int32)
+    label = np.frombuffer(ev_label, dtype=np.int32)
+    order = np.lexsort(
+        (rank[label], np.frombuffer(ev_kind, dtype=np.int8), np.frombuffer(ev_t, dtype=np.float64), span)
+    )
+    span, label = span[order], label[order]
+    del order, ev_t, ev_kind
+    following = np.empty_like(label)
+    following[:-1] = label[1:]
+    last = np.ones(len(span), dtype=bool)
+    last[:-1] = span[1:] != span[:-1]
+    following[last] = end
+    # each span's period (0 after, 1 baseline, 2 before onset) and component as one number; -1 for a
+    # span in no period, or a parent outside the recording
+    component = np.frombuffer(owner, dtype=np.int64)
+    start = np.frombuffer(began, dtype=np.float64)
+    period = np.full(len(ids), -1, dtype=np.int64)
+    (w0, w1), (b0, b1) = window, baseline
+    period[(w0 <= start) & (start < onset)] = 2
+    period[(b0 <= start) & (start < b1)] = 1
+    period[(onset <= start) & (start < w1)] = 0
+    whose = np.where((period < 0) | (component < 0), -1, period * len(services) + component)[span]
+    counted = whose >= 0
+    # each (step, next step) as one number; equal (whose, pair) side by side, counted where they change
+    whose, pair = whose[counted], label[counted].astype(np.int64) * len(texts) + following[counted]
+    order = np.lexsort((pair, whose))
+    whose, pair = whose[order], pair[order]
+    starts = np.flatnonzero((np.diff(whose, prepend=-1) != 0) | (np.diff(pair, prepend=-1) != 0))
+    counts = np.diff(starts, append=len(whose))
+    names = ("after", "baseline", "pre")
+    component_names = list(services)
+    counted_pairs: Counter[tuple[str, str, str, str]] = Counter()
+    for w, p, n in zip(whose[starts].tolist(), pair[starts].tolist(), counts.tolist(), strict=True):
+        (period_code, component_code), (a, b) = divmod(w, len(services)), divmod(p, len(texts))
+        counted_pairs[(names[period_code], component_names[component_code], texts[a], texts[b])] = n
+    return counted_pairs
 
 
 def _calls_another(step: str, service: str) -> bool:
@@ -138,18 +223,10 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
         p: defaultdict(Counter) for p in ("baseline", "pre", "after")
     }
     seen: dict[str, dict[str, Counter[str]]] = {p: defaultdict(Counter) for p in ("baseline", "pre", "after")}
-    for service, began, steps in _sequences(spans, lines).values():
-        if onset <= began < w1:
-            period = "after"
-        elif b0 <= began < b1:
-            period = "baseline"
-        elif w0 <= began < onset:
-            period = "pre"
-        else:
-            continue
-        for a, b in pairwise(steps):
-            pairs[period][service][(a, b)] += 1
-            seen[period][service][a] += 1
+    counted = _transitions(spans, lines, onset=onset, window=(w0, w1), baseline=(b0, b1))
+    for (period, service, a, b), n in counted.items():
+        pairs[period][service][(a, b)] += n
+        seen[period][service][a] += n
     out: list[StepShortfall] = []
     for service in sorted(seen["after"]):
         after_seen, after_pairs = seen["after"][service], pairs["after"][service]
