@@ -170,6 +170,31 @@ def test_the_inbox_commits_concurrent_notifications_together(
         assert store.notification_count() == 40 and store.job_counts()["queued"] == 5
 
 
+class _InstantStore:
+    """A store that writes every batch at once (one writer, as SQLite has)."""
+
+    concurrent_writes = 1
+
+    async def deliver(self, deliveries: list[Delivery], correlator: object) -> list[list[str]]:
+        await asyncio.sleep(0)
+        return [["stored"] for _ in deliveries]
+
+
+def test_a_notification_arriving_as_the_last_batch_is_written_is_written_too() -> None:
+    # The writer that wrote the last batch has found nothing more to write and ended, but the loop has
+    # not yet run its done callbacks (they run later, so the inbox still lists it): a notification
+    # arriving in that moment starts a writer of its own rather than wait for one that will never come
+    # (it hung two web replicas under load).
+    async def run() -> list[str]:
+        inbox = Inbox(_InstantStore())  # type: ignore[arg-type]
+        ended = asyncio.get_running_loop().create_future()
+        ended.set_result(None)  # a writer that has ended, not yet forgotten
+        inbox._flushers.add(ended)  # type: ignore[arg-type]
+        return await asyncio.wait_for(inbox.deliver(Delivery.plain(note("g"))), timeout=5)  # type: ignore[return-value]
+
+    assert asyncio.run(run()) == ["stored"]
+
+
 def test_charts_mark_baseline_onset_shift_changes_and_escape_text() -> None:
     start = NOW - timedelta(hours=1)
     chart = Chart(

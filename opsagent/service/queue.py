@@ -79,7 +79,9 @@ class Inbox:
         """What each notification ``delivery`` splits into did, once all are stored."""
         future: asyncio.Future[list[Accepted]] = asyncio.get_running_loop().create_future()
         self._pending.append((delivery, future))
-        if len(self._flushers) < self.store.concurrent_writes:
+        # A writer that found nothing more to write has ended, though the loop may not have run its done
+        # callback yet (which forgets it): only writers still running will come back for this one.
+        if sum(1 for f in self._flushers if not f.done()) < self.store.concurrent_writes:
             flusher = asyncio.create_task(self._flush())
             self._flushers.add(flusher)
             flusher.add_done_callback(self._flushers.discard)
