@@ -62,10 +62,10 @@ from opsagent.playbooks import (
     Expectation,
     evaluate,
     family_counts,
+    moved_ratio,
     new_error_templates,
     qualifying_changes,
 )
-from opsagent.stats import shortfall_ratio
 
 #: A change this long before onset (minutes) still counts as "just before".
 CHANGE_LOOKBACK_MIN = 30.0
@@ -196,8 +196,7 @@ def _metric_features(
         single = _one(obs, s)
         if not evaluate(SHIFTED_UP if s.direction == "up" else SHIFTED_DOWN, single, ctx).met:
             continue
-        shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
-        mag = ranking.metric_weight(shortfall or s.mean_ratio)
+        mag = ranking.metric_weight(moved_ratio(s))
         ratio = times(s.mean_ratio) if s.mean_ratio is not None else ""
         if s.signal == metric_of(s) and is_volume(s.signal) and s.scope != "node":
             # How much work arrives (bytes, calls): its callers' doing unless traffic enters here.

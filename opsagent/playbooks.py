@@ -505,11 +505,16 @@ def _component_quiet(exp: Expectation, obs: Observation, ctx: Context) -> Outcom
     return Outcome(True, f"none of the {len(mine)} series of {ctx.service} moved beyond x{exp.min_ratio:g}")
 
 
-def _moved_by(s: SeriesStats, ratio: float) -> bool:
-    """Whether a series moved by ``ratio`` either way; one that sits at its ceiling (a success rate) by
-    how many times its shortfall grew: 99.9% -> 76% is two hundred times the failures, not x0.76."""
+def moved_ratio(s: SeriesStats) -> float | None:
+    """How many times a series moved: a series that fell from its ceiling (a success rate) by how many
+    times its shortfall grew (99.9% -> 76% is two hundred times the failures, not x0.76), else its ratio."""
     shortfall = shortfall_ratio(s.baseline_mean, s.window_mean, s.unit) if s.direction == "down" else None
-    moved = shortfall or s.mean_ratio
+    return shortfall or s.mean_ratio
+
+
+def _moved_by(s: SeriesStats, ratio: float) -> bool:
+    """Whether a series moved by ``ratio`` either way (:func:`moved_ratio`)."""
+    moved = moved_ratio(s)
     return moved is not None and (moved >= ratio or moved <= 1 / ratio)
 
 
