@@ -804,12 +804,19 @@ def _calls_in_slow(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     return Outcome(slowed > 0 and slowed >= CALLERS_SHARE * len(inbound), _calls_in_text(inbound, own_out, ctx))
 
 
+#: The least rise of a component's own time per request that can make anything slow, in ms (the
+#: smallest latency change that counts: opsagent.analysis.series.UNIT_MIN_EFFECT): 2 -> 3.4 ms is x1.7,
+#: and no caller, let alone a user, notices it.
+SELF_TIME_MIN_MS = 5.0
+
+
 def _self_time_up(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     s = _span_stats(obs, ctx)
     if s is None or s.self_shift is None:
         return _UNKNOWN
     text = f"{ctx.service} self time {times(s.self_shift)} ({fmt(s.self_ms_baseline)} -> {fmt(s.self_ms_window)} ms)"
-    return Outcome(s.self_shift >= exp.min_shift, text)
+    rise = (s.self_ms_window or 0.0) - (s.self_ms_baseline or 0.0)
+    return Outcome(s.self_shift >= exp.min_shift and rise >= SELF_TIME_MIN_MS, text)
 
 
 def _self_time_flat(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:

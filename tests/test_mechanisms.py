@@ -25,7 +25,7 @@ from opsagent.models import (
     TracesData,
 )
 from opsagent.pipeline import investigate_recording
-from opsagent.playbooks import Check, Context, Expectation
+from opsagent.playbooks import Check, Context, Expectation, evaluate
 from opsagent.reasoner import PlaybookReasoner
 from tests.conftest import ROOT
 
@@ -293,6 +293,31 @@ def test_a_refutation_does_not_stand_against_a_mechanism_the_check_names() -> No
     assert [e.stance for e in refuted] == ["refutes"]
     kept = PlaybookReasoner._assess(check, obs, ctx, shown=["hog/mech:capacity:cpu_usage"])
     assert kept == []
+
+
+def test_a_self_time_rise_nobody_could_notice_does_not_place_a_delay_in_the_component() -> None:
+    from opsagent.models import ServiceSpanStats
+
+    def own_time(before: float, after: float) -> bool:
+        stats = ServiceSpanStats(
+            service="basic",
+            spans_baseline=100,
+            spans_window=100,
+            self_ms_baseline=before,
+            self_ms_window=after,
+            self_shift=after / before,
+            total_ms_baseline=before,
+            total_ms_window=after,
+            errors_baseline=0,
+            errors_window=0,
+        )
+        obs = _traces([]).model_copy(
+            update={"data": TracesData(services=[stats], slowest_operations=[], error_spans={}, blocked_parents=[])}
+        )
+        return evaluate(Expectation(op="self_time_up"), obs, Context(incident=_incident(), service="basic")).met
+
+    assert not own_time(2.0, 3.4)  # x1.7, but 1.4 ms more per request
+    assert own_time(20.0, 34.0)  # x1.7 and 14 ms more
 
 
 def test_quiet_logs_do_not_refute_a_code_fault_whose_vanished_steps_the_incident_proved() -> None:
