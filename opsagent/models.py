@@ -236,6 +236,16 @@ class SeriesStats(Frozen):
         default=None,
         description="share of the metric's deviations before onset, over every component, at least this large",
     )
+    brief: Literal["up", "down"] | None = Field(
+        default=None,
+        description="the way it moved in one sample only after onset, no farther than it had gone before "
+        "onset: an excursion the series makes anyway, read as flat",
+    )
+    held_since: AwareDatetime | None = Field(
+        default=None,
+        description="since when every sample up to onset has been shifted the way it moved (none where the "
+        "last sample before onset was not)",
+    )
 
 
 class MetricsData(Frozen):

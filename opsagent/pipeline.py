@@ -87,12 +87,14 @@ async def refine_onset(
     if isinstance(obs.data, MetricsData) and obs.data.stats:
         s = obs.data.stats[0]
         earliest = alert.starts_at.timestamp() - 20 * 60
-        if (
-            s.change_point is not None
-            and s.direction == "up"
-            and earliest <= s.change_point.timestamp() <= alert.starts_at.timestamp()
-        ):
-            return s.change_point
+        # The alert fired once its condition had held a while (``for:``): the shift it reports is the run
+        # of shifted samples reaching its start. A change point before that run began is where a noisy
+        # series' mean split best, not where this shift began.
+        if s.change_point is None or s.held_since is None or "up" not in (s.direction, s.brief):
+            return alert.starts_at
+        began = max(s.change_point, s.held_since)
+        if earliest <= began.timestamp() <= alert.starts_at.timestamp():
+            return began
     return alert.starts_at
 
 

@@ -335,6 +335,17 @@ def series_stats(
             direction = "down" if moved == "up" else "up" if moved == "down" else moved
     if level is not None and centre is not None and abs(level - centre) < floor:
         direction = "flat"
+    brief: Literal["up", "down"] | None = None
+    held: float | None = None
+    if direction in ("up", "down") and spread is not None and centre is not None:
+        gap = refer([(t, top - v) for t, v in samples]) if top is not None and centre >= NEAR_CEILING * top else None
+        measured = [(t, top - v) for t, v in samples] if gap is not None and top is not None else samples
+        normal, noise = (gap.centre, gap.spread) if gap is not None else (centre, spread)
+        away = (1.0 if direction == "up" else -1.0) * (-1.0 if gap is not None else 1.0)
+        least = max(SHIFT_Z * noise, floor)
+        held = held_since(measured, onset=onset, centre=normal, away=away, least=least)
+        if ranking.on("brief") and is_brief(measured, onset=onset, end=end, centre=normal, away=away, least=least):
+            brief, direction = direction, "flat"
     if (spec.direction == "down" and direction == "up") or (spec.direction == "up" and direction == "down"):
         direction = "flat" if direction != "unknown" else direction
     own_history = ref is not None and not ref.short and ref.samples >= PEER_POOLING_BELOW
@@ -361,7 +372,43 @@ def series_stats(
         **_against_limit(samples, limit, onset, end),
         direction=direction,
         peer_surprise=surprise,
+        brief=brief,
+        held_since=ts(held) if held is not None else None,
     )
+
+
+#: How many spreads from its centre a sample must lie to count as shifted (as the window's level must:
+#: opsagent.stats.shift_direction).
+SHIFT_Z = 3.0
+
+
+def held_since(samples: Sequence[Sample], *, onset: float, centre: float, away: float, least: float) -> float | None:
+    """When the run of shifted samples that reaches onset began: every sample since lies at least
+    ``least`` from ``centre`` (``away``: +1 upwards, -1 downwards). None where the last sample before
+    onset is not shifted. An alert with a ``for:`` clause fires once its condition has held that long,
+    so this is when the shift it reports began."""
+    start = None
+    for t, v in sorted(((t, v) for t, v in samples if t < onset), reverse=True):
+        if away * (v - centre) < least:
+            break
+        start = t
+    return start
+
+
+def is_brief(samples: Sequence[Sample], *, onset: float, end: float, centre: float, away: float, least: float) -> bool:
+    """Whether a shift is one sample's excursion that the series had already made before onset.
+
+    A fault holds: once it starts, every sample shows it. A series that left its level in one sample
+    only after onset, no farther than it had gone before onset (a jittery tail percentile that spikes
+    every few minutes), moved as it always does. One sample farther than ever before still counts, as
+    does any shift that holds for two samples; with one sample after onset there is nothing to tell.
+    ``away`` is +1 where the shift is upwards, -1 downwards; ``least`` how far a sample must lie from
+    ``centre`` to count as shifted."""
+    after = [away * (v - centre) for t, v in samples if onset <= t < end]
+    if len(after) < 2 or sum(1 for d in after if d >= least) >= 2:
+        return False
+    before = [away * (v - centre) for t, v in samples if t < onset]
+    return bool(before) and max(before) >= max(after)
 
 
 #: The smallest change that matters, by unit, for a signal that does not say (``min_delta``): below
