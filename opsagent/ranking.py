@@ -47,6 +47,8 @@ RULES: dict[str, str] = {
     "mechanisms": "fault mechanisms (capacity used, calls into a component slowed) judged against the "
     "incident's other components weigh by how clearly they stand out",
     "out_of_service": "a caller whose dependency is out of service (a broken Kubernetes object) is not the cause",
+    "clear_first": "an unproven cause whose kind is what telling evidence of its component shows (a mechanism "
+    "that stood out in this incident, an object broken and saying why) ranks before less telling ones",
     "elimination": "a rollout whose new version reports nothing, when every other rollout in flight was cleared, "
     "is the change left: it weighs as much as one measured worse",
 }
@@ -540,6 +542,9 @@ def suspects(
     norm = {c: score / top for c, score, _ in components}
     proven: list[tuple[Hypothesis, HypothesisResult]] = []
     rest: dict[str, Suspect] = {}
+    # Components with an open hypothesis whose kind is what telling evidence of theirs shows (a mechanism
+    # clear against the incident's other components, an object broken and saying why) come first.
+    clear: set[str] = set()
     for h in proposed:
         r = verdicts.get(h.id)
         if r is not None and r.verdict.status in ("confirmed", "probable"):
@@ -565,6 +570,8 @@ def suspects(
                 status=status,
                 why=r.verdict.reason if r else "; ".join(h.why),
             )
+            if on("clear_first") and any(f.split("/", 1)[-1].startswith(TELLING) for f in h.explains):
+                clear.add(h.component)
         cur = rest.get(h.component)
         if cur is None or _rest_order(candidate) < _rest_order(cur):
             rest[h.component] = candidate
@@ -586,7 +593,11 @@ def suspects(
                     component=h.component, kind=h.kind, score=h.score, status=r.verdict.status, why=r.verdict.reason
                 )
             )
-    out.extend(s for s in sorted(rest.values(), key=_rest_order) if all(o.component != s.component for o in out))
+    out.extend(
+        s
+        for s in sorted(rest.values(), key=lambda s: (s.component not in clear, _rest_order(s)))
+        if all(o.component != s.component for o in out)
+    )
     return out
 
 
@@ -603,6 +614,11 @@ def where_the_alert_points(services: Sequence[str]) -> list[Suspect]:
         )
         for s in services
     ]
+
+
+#: Evidence that proves itself in the incident at hand: a fault mechanism that stood out against the
+#: incident's other components, or a Kubernetes object that is broken and says why.
+TELLING = ("mech:", "kube:broken")
 
 
 def _rest_order(s: Suspect) -> tuple[float, int, str]:

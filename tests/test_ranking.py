@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from opsagent.fixtures import Edge
-from opsagent.ranking import anomalous_reach, fronted, own_score, propagate, weigh_by_specificity, without
+from opsagent.models import Evidence, Hypothesis, HypothesisResult, SourceKind, StopReason, Verdict
+from opsagent.ranking import (
+    anomalous_reach,
+    fronted,
+    own_score,
+    propagate,
+    suspects,
+    weigh_by_specificity,
+    without,
+)
 
 
 def _profiles(features: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -87,3 +96,34 @@ def test_a_slow_callee_does_not_explain_errors_of_the_callers_own_making() -> No
     with_own = propagate({"api": 4.0, "dep": 4.0}, graph, {"api": own_errors, "dep": SLOW})
     with_timeouts = propagate({"api": 4.0, "dep": 4.0}, graph, {"api": timeouts, "dep": SLOW})
     assert with_own["api"] > 3.5 > with_timeouts["api"]
+
+
+def test_an_open_cause_whose_mechanism_stood_out_ranks_before_one_with_more_but_less_telling_evidence() -> None:
+    def open_(component: str, kind: str, explains: list[str]) -> HypothesisResult:
+        h = Hypothesis(
+            id=f"{kind}@{component}",
+            component=component,
+            kind=kind,
+            statement="s",
+            confirm_if=[],
+            refute_if=[],
+            prior=0.2,
+            score=0.1,
+            explains=explains,
+        )
+        seen = Evidence(observation_id="m-1", source=SourceKind.metrics, stance="supports", statement="x")
+        verdict = Verdict(status="inconclusive", reason="no checks left", supporting=[seen])
+        return HypothesisResult(hypothesis=h, steps=[], verdict=verdict, stop_reason=StopReason.no_checks_left)
+
+    # The hog's CPU stood out against every other component (a mech: feature its hypothesis explains);
+    # the callee shows more metric shifts, none of them a mechanism.
+    hog = open_("hog", "cpu_saturation", ["hog/mech:capacity:cpu_usage", "hog/signal:cpu_usage:up"])
+    callee = open_("callee", "network_degradation", ["callee/signal:latency_p99:up"])
+    results = [callee, hog]
+    components = [("callee", 7.7, []), ("hog", 4.6, [])]
+    graph = _edges(("hog", "callee"))
+    ranked = suspects([r.hypothesis for r in results], results, components, graph)
+    assert [(s.component, s.kind) for s in ranked] == [("hog", "cpu_saturation"), ("callee", "network_degradation")]
+    with without("clear_first"):
+        ranked = suspects([r.hypothesis for r in results], results, components, graph)
+        assert ranked[0].component == "callee"
