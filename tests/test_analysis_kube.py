@@ -16,6 +16,7 @@ from opsagent.analysis.kube import (
     analyze,
     exhausted_backends,
     explain_exits,
+    read_only_stores,
     unreachable_dependencies,
     unrouted_paths,
 )
@@ -321,3 +322,43 @@ def test_paths_that_are_served_slow_or_down_or_name_no_component_name_nothing(li
 def test_a_component_whose_own_pods_are_down_is_left_to_them_though_its_path_is_not_found() -> None:
     lines = [_access("/api/v1/cart", 404), _access("/api/v1/web/health", 200)] * 10
     assert _unrouted({"web": lines}, "crash_loop") == []
+
+
+READ_ONLY_LINE = (
+    "SqlExceptionHelper : The MySQL server is running with the --read-only option so it cannot execute this statement"
+)
+
+
+def _read_only(said: dict[str, list[str]]) -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["probe_kills_between_ready"])
+    since = since_onset(ONSET)
+    return read_only_stores(cluster, analyze(cluster, since=since), said, since=since)
+
+
+def test_the_one_store_that_restarted_while_its_callers_find_it_read_only_is_a_changed_setting() -> None:
+    """search's writes are refused by a server running read-only, and cart is the one component every
+    pod of which restarted since onset: cart was restarted into a read-only setting, which its
+    probe's kills only accompany."""
+    (f,) = _read_only({"search": [READ_ONLY_LINE] * MIN_FAILED_CONNECTS, "cart": ["ready for connections"]})
+    assert (f.component, f.object, f.sign, f.kind) == (
+        "cart",
+        "Deployment/shop/cart",
+        "restarted_read_only",
+        "config_change",
+    )
+    assert f.affects == ["search"] and "--read-only option" in f.why
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a blip: fewer refusals than a restart's own
+        {"search": [READ_ONLY_LINE] * (MIN_FAILED_CONNECTS - 1)},
+        # a read-only file system is a disk matter, not a store's setting
+        {"search": ["open /data/x: read-only file system"] * 10},
+        # the only component that restarted is the one saying it: it names no store
+        {"cart": [READ_ONLY_LINE] * 10},
+    ],
+)
+def test_the_probe_kills_stand_where_no_store_is_found_read_only(said: dict[str, list[str]]) -> None:
+    assert [(f.component, f.kind) for f in _read_only(said)] == [("cart", "probe_failure")]

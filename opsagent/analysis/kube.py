@@ -737,3 +737,51 @@ def _route_of(path: str, components: Sequence[str]) -> tuple[str, str] | None:
 
 def _alnum(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+#: A caller's line saying its data store refused a write because the store runs read-only (MySQL's
+#: ``--read-only`` option, PostgreSQL's read-only transaction, a Redis replica's ``READONLY``): a
+#: setting of the store, not a fault of the caller's code. A read-only *file system* is a disk matter.
+READ_ONLY = re.compile(
+    r"running with the --(?:super-)?read-only option|in a read-only transaction|READONLY You can't write"
+    r"|read[- ]only (?:mode|replica)",
+    re.I,
+)
+
+
+def read_only_stores(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]], *, since: datetime
+) -> list[KubeFinding]:
+    """The findings, with the store its callers find read-only named as a changed setting (``said``:
+    the last lines per component). Callers' lines say a server refused their writes because it runs
+    read-only, but not which server; the one component every pod of which restarted since ``since``
+    and that does not say it itself is the store whose setting changed: a store is set read-only by
+    a restart with the option (its probe may fail while it comes back, and then it looks ready).
+    Where no such line is heard MIN_FAILED_CONNECTS times, or no single component restarted so, the
+    findings stand."""
+    told = {c: [line for line in lines if READ_ONLY.search(line)] for c, lines in sorted(said.items())}
+    told = {c: lines for c, lines in told.items() if lines}
+    if sum(len(lines) for lines in told.values()) < MIN_FAILED_CONNECTS:
+        return list(findings)
+    pods: dict[str, list[PodState]] = defaultdict(list)
+    for p in cluster.pods:
+        pods[p.service].append(p)
+    restarted = sorted(c for c, own in pods.items() if c not in told and all(_restarted(p, since) for p in own))
+    if len(restarted) != 1:
+        return list(findings)
+    (store,) = restarted
+    callers = sorted(told)
+    ref = _workload_ref(cluster, store)
+    line = " ".join(told[callers[0]][-1].split())[:200]
+    found = KubeFinding(
+        component=store,
+        component_type="workload",
+        object=ref,
+        sign="restarted_read_only",
+        kind="config_change",
+        why=f"every pod of {store} restarted since {since:%H:%M}, and its callers ({', '.join(callers[:5])}) "
+        f"find their store read-only: {line}",
+        field="status.containerStatuses[].lastState.terminated, callers' container log",
+        affects=callers,
+    )
+    return [*(f for f in findings if f.component != store), found]

@@ -19,6 +19,7 @@ from opsagent.analysis.kube import (
     analyze,
     exhausted_backends,
     explain_exits,
+    read_only_stores,
     unreachable_dependencies,
     unrouted_paths,
 )
@@ -135,8 +136,9 @@ class KubernetesState:
     async def _explained(self, cluster: Cluster, findings: list[KubeFinding], *, since: datetime) -> list[KubeFinding]:
         """The findings, read with what the containers' last lines say: each crash loop with what stops
         it, a backend that refuses its crash-looping callers for having too many connections in place
-        of their crash loops, the components their callers cannot connect to while their pods are
-        ready, and the components whose every request their entry answers not found."""
+        of their crash loops, the store its callers find read-only as a changed setting, the
+        components their callers cannot connect to while their pods are ready, and the components
+        whose every request their entry answers not found."""
         if self._last_words is None:
             return findings
         at = self._now()
@@ -151,6 +153,7 @@ class KubernetesState:
             zip(callers, await asyncio.gather(*(self._last_words(c, frozenset(), at) for c in callers)), strict=True)
         )
         findings = exhausted_backends(cluster, findings, {**heard, **last_words})
+        findings = read_only_stores(cluster, findings, heard, since=since)
         findings = [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
         return [*findings, *unrouted_paths(cluster, findings, heard)]
 
