@@ -11,7 +11,7 @@ import pytest
 
 from opsagent import mechanisms, ranking
 from opsagent.analysis.gaps import call_gaps
-from opsagent.analysis.steps import StepLine, step_shortfalls
+from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
 from opsagent.fixtures import Edge, Span, load
 from opsagent.incident import open_incident
 from opsagent.models import (
@@ -443,6 +443,30 @@ def _steps_incident(n: int = 30) -> tuple[list[Span], list[StepLine]]:
                 spans += s
                 lines += ln
     return spans, lines
+
+
+def test_lines_of_one_statement_are_one_step_each_time_the_statement_prints_them() -> None:
+    # Requests print the same texts again and again: each text is the same step every time, a value
+    # that varies does not make another step, and another component's identical text is its own.
+    lines = [
+        (float(i), "pricing", f"span-{i}", text)
+        for i, text in enumerate(
+            [
+                "Price of trip G1234 is 100 yuan",
+                "Loading rates from cache",
+                "Price of trip G1234 is 100 yuan",
+                "Price of trip D5678 is 250 yuan",
+                "Loading rates from cache",
+            ]
+        )
+    ]
+    lines.append((9.0, "web", "span-9", "Loading rates from cache"))
+    steps = step_lines(lines)
+    assert [s.span_id for s in steps] == [*(f"span-{i}" for i in range(5)), "span-9"]
+    price, loading = steps[0].template, steps[1].template
+    assert price != loading
+    assert [s.template for s in steps[:5]] == [price, loading, price, price, loading]
+    assert steps[5].service == "web" and steps[5].template == "Loading rates from cache"
 
 
 def test_a_step_that_no_longer_follows_its_predecessor_is_found_in_the_component_that_dropped_it() -> None:

@@ -66,13 +66,21 @@ def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]
     among its component's lines (mined Drain-style, so a statement that prints a varying value is one
     step, not one per value)."""
     masker = Masker()
+    # A statement prints the same text again and again (every request that takes the step); masking
+    # is a function of the text alone, so each distinct text is masked once (a bounded memo).
+    masked: dict[str, tuple[str, ...]] = {}
     miners: dict[str, TemplateMiner] = {}
     joined: list[tuple[float, str, str, int | None]] = []
     for ts, service, span_id, message in records:
         miner = miners.get(service)
         if miner is None:
             miner = miners[service] = TemplateMiner(similarity=STATEMENT_SIMILARITY)
-        template, _ = miner.add(masker.tokens(message)[0])
+        tokens = masked.get(message)
+        if tokens is None:
+            if len(masked) >= masker.cache_size:
+                masked.clear()
+            tokens = masked[message] = masker.tokens(message)[0]
+        template, _ = miner.add(tokens)
         joined.append((ts, service, span_id, template.index if template is not None else None))
     texts: dict[str, list[str]] = {}
     for service, miner in miners.items():

@@ -114,6 +114,10 @@ def _hint_table(shaped: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 _HINT_TABLE = _hint_table(shaped=False)
 _SHAPE_HINT_TABLE = _hint_table(shaped=True)
+#: A numeric family's hints that hold no digit: a match without digits contains one of them, so a
+#: shape holding none has no digit-free match (``429`` reads ``000`` in a shape, a hint nearly every
+#: shape holds, while ``quota`` is rare).
+_DIGIT_FREE_HINTS = {name: tuple(h for h in _HINTS[name] if not any(c.isdigit() for c in h)) for name in _NUMERIC}
 
 
 def shape_of(message: str) -> str:
@@ -140,7 +144,9 @@ def families_of_shape(shape: str) -> tuple[list[str], list[str]]:
         if n not in hinted:
             continue
         # a match without digits is the same text, so the same match, in every message of the shape
-        if any(_DIGIT.search(m.group()) is None for m in FAMILIES[n].finditer(shape)):
+        if any(h in lower for h in _DIGIT_FREE_HINTS[n]) and any(
+            _DIGIT.search(m.group()) is None for m in FAMILIES[n].finditer(shape)
+        ):
             sure.append(n)
         elif _SHAPE_PATTERNS[n].search(shape) is not None:
             maybe.append(n)
