@@ -32,10 +32,12 @@ from opsagent.models import (
     Action,
     Citation,
     Incident,
+    KubernetesData,
     Lesson,
     LessonEffect,
     LessonTrigger,
     LessonUse,
+    Observation,
     Situation,
 )
 
@@ -116,6 +118,20 @@ def situation_of(
         evidence=kept,
         observations=seen,
     )
+
+
+def taken_down_by(observations: Iterable[Observation]) -> dict[str, str]:
+    """Each component a broken Kubernetes object leaves without a ready pod (as
+    :func:`opsagent.features.out_of_service` reads them), with that object's component, where the two
+    differ (a workload broken by itself is not taken down)."""
+    out: dict[str, str] = {}
+    for obs in observations:
+        if obs.ok and isinstance(obs.data, KubernetesData):
+            for finding in obs.data.findings:
+                for victim in finding.affects:
+                    if victim != finding.component:
+                        out.setdefault(victim, finding.component)
+    return out
 
 
 def _id(*parts: str) -> str:
@@ -452,11 +468,20 @@ class EnvironmentMemory:
         return effects
 
     def prior(
-        self, scores: Mapping[str, float], components: Iterable[str]
+        self,
+        scores: Mapping[str, float],
+        components: Iterable[str],
+        *,
+        taken_down: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, float], list[LessonEffect]]:
         """Scores with each past cause's prior added: PRIOR_WEIGHT of the best score, times its share of
         the causes seen behind alerts here (the same alert, and recent causes, weigh more), times how much
         history there is (full from PRIOR_HISTORY incidents with a known cause on).
+
+        ``taken_down`` (:func:`taken_down_by`): components a broken object of this incident (a node that
+        is down, a quota) leaves without a ready pod, each with that object. Their prior is held: the
+        outage is the object's doing, which their history as causes does not speak to (measured: a
+        service's prior lifted it above the node that was down under it).
 
         Measured: weighing past causes by how alike their situation was (the leading suspects and their
         evidence, kept in each culprit lesson's trigger) did worse on the development sets than this."""
@@ -483,8 +508,22 @@ class EnvironmentMemory:
             if bonus <= 0:
                 continue
             before = out.get(c, 0.0)
-            out[c] = before + bonus
             le = lesson_for[c]
+            holder = (taken_down or {}).get(c)
+            if holder is not None:
+                effects.append(
+                    LessonEffect(
+                        lesson_id=le.id,
+                        component=c,
+                        effect="held",
+                        before=round(before, 4),
+                        after=round(before, 4),
+                        why=f"did not raise {c} by {bonus:.2f}: {holder} is broken and leaves it without a ready "
+                        f"pod, which its {le.count} earlier incident(s) as the cause do not explain",
+                    )
+                )
+                continue
+            out[c] = before + bonus
             effects.append(
                 LessonEffect(
                     lesson_id=le.id,

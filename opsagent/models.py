@@ -1027,7 +1027,8 @@ class LessonEffect(Frozen):
     lesson_id: str
     component: str
     effect: Literal["lowered", "raised", "held"] = Field(
-        description="held: it would have lowered the feature, but another lesson contradicts it"
+        description="held: it would have lowered the feature, but another lesson contradicts it; or raised the"
+        " component, but a broken object of this incident takes it down"
     )
     feature: str | None = Field(default=None, description="lowered, held: the feature it is about")
     before: float = Field(description="the feature's magnitude, or the component's score, before")

@@ -14,6 +14,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from opsagent import ranking
+from opsagent.environment import taken_down_by
 from opsagent.features import (
     Profile,
     add_caller_features,
@@ -116,7 +117,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     features = {c: p.features for c, p in profiles.items()}
     scores = ranking.propagate(own, graph + ranking.fronted(graph, features, traced), features)
     if memory is not None:  # what this environment's past causes make likely, shown beside the evidence
-        scores, raised = memory.prior(scores, components)
+        scores, raised = memory.prior(scores, components, taken_down=taken_down_by(used))
         learned += raised
     carried = ranking.anomalous_reach(graph, incident.services, own) if graph else components
     out = []

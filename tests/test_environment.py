@@ -12,7 +12,17 @@ from opsagent import environment
 from opsagent.environment import EnvironmentMemory, contradictions, forgotten, taught
 from opsagent.feedback import apply_feedback, keep_investigation
 from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, misled_by, problems, retrieve
-from opsagent.models import Action, Incident, Lesson, Situation, Symptom
+from opsagent.models import (
+    Action,
+    Incident,
+    KubeFinding,
+    KubernetesData,
+    Lesson,
+    Observation,
+    Situation,
+    SourceKind,
+    Symptom,
+)
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
@@ -116,6 +126,36 @@ def test_a_past_cause_gets_a_bounded_prior_shown_in_its_effect() -> None:
     assert scores["cart"] == 2.0 and scores["api"] == 0.5
     (effect,) = effects
     assert effect.effect == "raised" and "cause behind ApiSlow@api in 3 earlier incident(s)" in effect.why
+
+
+def test_a_past_cause_a_broken_node_takes_down_keeps_no_prior_and_the_report_says_why() -> None:
+    down = KubeFinding(
+        component="node-a",
+        component_type="node",
+        object="Node/node-a",
+        sign="node_not_ready",
+        kind="unknown",
+        why="node node-a: NotReady",
+        field="status.conditions[Ready]",
+        affects=["db", "node-a"],
+    )
+    read = Observation(
+        id="k-1",
+        action=Action(tool="kubernetes.nodes"),
+        source=SourceKind.kubernetes,
+        data=KubernetesData(service=None, findings=[down]),
+        text="",
+        tokens=1,
+    )
+    taken_down = environment.taken_down_by([read])
+    assert taken_down == {"db": "node-a"}  # the node itself is not its own victim
+    memory = EnvironmentMemory.of(learned(3), incident())
+    scores, effects = memory.prior({"node-a": 1.0, "db": 0.8}, SYSTEM, taken_down=taken_down)
+    assert scores == {"node-a": 1.0, "db": 0.8}  # without it db would be lifted above the node
+    (effect,) = effects
+    assert effect.effect == "held" and "node-a is broken and leaves it without a ready pod" in effect.why
+    (use,) = memory.uses(effects)
+    assert not use.acted and use.raised == []
 
 
 def test_lessons_of_another_environment_or_about_a_component_gone_do_not_act() -> None:
