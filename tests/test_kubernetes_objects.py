@@ -43,9 +43,9 @@ def test_the_cluster_read_names_the_broken_object_and_the_field_that_shows_it() 
 
 
 def test_without_explaining_away_the_entry_service_outranks_the_namespace() -> None:
-    """The control: the same recording with the rule off puts web, which only reports cart's absence,
-    above what broke."""
-    with ranking.without("out_of_service"):
+    """The control: the same recording with the rules off puts web, which only reports cart's absence,
+    above what broke (explaining away, and the broken object's telling evidence ranking first)."""
+    with ranking.without("out_of_service", "clear_first"):
         report, _ = asyncio.run(investigate_fixture(FIXTURE, playbooks=PLAYBOOKS))
     names = [s.component for s in report.suspects]
     assert names.index("web") < names.index("shop")
