@@ -245,6 +245,8 @@ def vanished_findings(observations: Iterable[Observation]) -> list[Finding]:
             f"after '{s.step}', '{s.next_step}' followed {s.share_after:.0%} of {s.steps_after} times, against "
             f"{s.share_before:.0%} of {s.steps_before} {where}"
         )
+        if s.branched > 0:
+            why += f"; {s.branched:.0%} of its place went to a path the step already took (z discounted alike)"
         values[s.component] = (s.z, obs_id, why)
     return judged(VANISHED, "mech:vanished", values)
 

@@ -411,7 +411,15 @@ class StepShortfall(Frozen):
     share_before: float = Field(description="share of the step followed by next_step before onset")
     steps_after: int
     share_after: float = Field(description="the same share after onset")
-    z: float = Field(description="how far the share fell, in standard errors of both counts (0: no fall)")
+    z: float = Field(
+        description="how far the share fell, in standard errors of both counts, less the part a branch took "
+        "(0: no fall)"
+    )
+    branched: float = Field(
+        default=0.0,
+        description="share of the lost successor's place taken by another successor the step already took "
+        "before onset (a change in which requests came, not in what the code does): z is discounted by it",
+    )
 
 
 class TracesData(Frozen):

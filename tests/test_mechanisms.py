@@ -605,6 +605,33 @@ def test_a_successor_that_followed_only_now_and_then_is_the_traffic_mix_not_a_lo
     assert (lost.step, lost.next_step) == ("logs loaded <*>", "logs rendered <*>") and lost.z > 3
 
 
+def test_a_usual_successor_giving_way_to_a_branch_the_step_already_took_is_the_traffic_mix() -> None:
+    # Before onset "booked" goes on to the order service four times in five and to the other-order
+    # service once; after onset, half and half: which trains were booked changed, nothing was lost.
+    mix = _api_lines(
+        [["booked <*>", "orders <*>"]] * 4 + [["booked <*>", "other orders <*>"]],
+        [["booked <*>", "orders <*>"], ["booked <*>", "other orders <*>"]],
+    )
+    (shifted,) = [s for s in step_shortfalls([], mix, incident=_incident()) if s.component == "api"]
+    assert shifted.next_step == "logs orders <*>" and shifted.branched == 1.0 and shifted.z == 0
+    # The same fall, with the requests now ending after "booked" (cut short) or logging an error
+    # instead: lost behaviour, counted in full.
+    for instead in (["booked <*>"], ["booked <*>", "failed <*>"]):
+        lost_lines = _api_lines(
+            [["booked <*>", "orders <*>"]] * 4 + [["booked <*>", "other orders <*>"]],
+            [["booked <*>", "orders <*>"], instead, ["booked <*>", "orders <*>"], ["booked <*>", "other orders <*>"]],
+        )
+        (lost,) = [s for s in step_shortfalls([], lost_lines, incident=_incident()) if s.component == "api"]
+        assert lost.next_step == "logs orders <*>" and lost.branched < 0.5 and lost.z > 2
+    # A skipped step: what used to follow "orders" now follows "booked" directly. Lost, not a branch.
+    skipped = _api_lines(
+        [["booked <*>", "orders <*>", "paid <*>"]] * 4 + [["booked <*>", "other orders <*>", "paid <*>"]],
+        [["booked <*>", "paid <*>"], ["booked <*>", "orders <*>", "paid <*>"]],
+    )
+    found = next(s for s in step_shortfalls([], skipped, incident=_incident()) if s.component == "api")
+    assert found.next_step == "logs orders <*>" and found.branched == 0 and found.z > 2
+
+
 def test_the_component_that_stopped_a_step_is_named_and_its_kind_is_a_code_fault() -> None:
     spans, lines = _steps_incident()
     data = TracesData(

@@ -46,6 +46,10 @@ USUAL = 0.5
 #: alike) differ in most of their words. Stricter than the summariser's grouping, which gathers lines
 #: for a reader rather than telling a program's steps apart.
 STATEMENT_SIMILARITY = 0.8
+#: A successor that followed a step at least this often before onset is a path the code already took
+#: (a branch by request: which train, which user): when such a successor takes the place of the usual
+#: one after onset, which requests came changed, not what the code does with them.
+ESTABLISHED = 0.05
 #: Where a span's steps end. (Which step comes *first* is not counted: among log lines without their
 #: span's operation it says which requests came, the traffic mix, not what the code did with them.)
 END = "(end)"
@@ -215,13 +219,38 @@ def _calls_another(step: str, service: str) -> bool:
     return step.startswith("calls ") and step.split(" ", 2)[1] != service
 
 
+def _branched(
+    step: str, lost: str, before: Counter[tuple[str, str]], n1: int, after: Counter[tuple[str, str]], n2: int
+) -> float:
+    """The share of the lost successor's place after onset taken by a branch: another successor the step
+    already took (ESTABLISHED) that is neither the span's end nor what used to follow the lost step.
+
+    A fault leaves the step followed by the end of the span (cut short), by something new (an error, a
+    fallback) or by what came after the lost step (skipped). A change in which requests came leaves it
+    followed more often by a path it already took now and then (``before`` and ``after``: the
+    component's (step, next step) counts; ``n1`` and ``n2``: the step's counts)."""
+    after_lost = Counter({b: c for (a, b), c in before.items() if a == lost})
+    taken = sum(after_lost.values())
+    skipped = {b for b, c in after_lost.items() if c / taken >= USUAL}
+    gained = branch = 0.0
+    for nxt in sorted({b for (a, b) in before if a == step} | {b for (a, b) in after if a == step}):
+        rise = after[(step, nxt)] / n2 - before[(step, nxt)] / n1
+        if nxt == lost or rise <= 0:
+            continue
+        gained += rise
+        if nxt != END and nxt not in skipped and before[(step, nxt)] / n1 >= ESTABLISHED:
+            branch += rise
+    return branch / gained if gained > 0 else 0.0
+
+
 def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, incident: Incident) -> list[StepShortfall]:
     """Per component, the step whose expected successor went missing most clearly after onset.
 
     Before onset is the incident's baseline where the step was taken often enough there, else the spans
     between the window's start and onset (as for call gaps); onset is the alert's start less its pending
     period (ALERT_LEAD_S). The measure is a two-proportion z: how far the share of the step followed by
-    its usual successor fell, in standard errors of both counts. A component whose compared steps lost
+    its usual successor fell, in standard errors of both counts, less the share of the lost successor's
+    place that a branch the step already took has taken (:func:`_branched`). A component whose compared steps lost
     nothing gets a shortfall of 0 (it ran, and found none); one whose steps are always followed by the
     same next step, before and after, has nothing to compare and is not listed."""
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
@@ -256,6 +285,8 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
                 if pooled >= 1.0:  # followed every time before and after: nothing to compare
                     continue
                 z = (c1 / n1 - c2 / n2) / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+                branched = _branched(step, nxt, pairs[period][service], n1, after_pairs, n2)
+                z *= 1.0 - branched
                 if best is None or z > best.z:
                     best = StepShortfall(
                         component=service,
@@ -267,6 +298,7 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
                         steps_after=n2,
                         share_after=round(c2 / n2, 4),
                         z=round(max(z, 0.0), 3),
+                        branched=round(branched, 4),
                     )
         if best is not None:
             out.append(best)
