@@ -87,6 +87,11 @@ OWN_ERRORS = Detector("own_errors", "lines/min", floor=0.5, minimum=0.5)
 #: against 6 at CLEAR, where innocent components also crossed).
 VANISHED = Detector("vanished", "z", floor=1.0, minimum=3.0, clear=4.0)
 
+#: A peak within this many spreads of the series' centre before onset is within its usual range: its
+#: rise is nothing the component did not do before (the same bar a shifted sample must clear,
+#: opsagent.analysis.series.SHIFT_Z; not imported from there, which would import this module back).
+USUAL_RANGE_Z = 3.0
+
 #: Signals whose sudden use of a limit is a saturation of a kind of capacity (the catalog's semantic
 #: names). Memory is not among them: a leak grows over time rather than stepping up at onset, and pods
 #: replaced by a rollout start their memory anew, so a step in it says little (measured: it named
@@ -164,6 +169,14 @@ def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
                 f"{s.signal} newly uses {share:.0%} of its limit ({s.baseline_mean:.3g} -> {s.window_max:.3g} of "
                 f"{s.limit:.3g})"
             )
+            usual = s.baseline_mean + USUAL_RANGE_Z * (s.baseline_std or 0.0)
+            if share > 0 and s.window_max <= usual:
+                # It went as high before onset (its centre +- USUAL_RANGE_Z spreads): nothing new used.
+                share = 0.0
+                why = (
+                    f"{s.signal} peaks at {s.window_max:.3g} of {s.limit:.3g}, within its usual range before onset "
+                    f"(up to {usual:.3g}): no capacity newly used"
+                )
             per = used.setdefault(s.signal, {})
             if s.component not in per or share > per[s.component][0]:
                 per[s.component] = (share, obs.id, why)

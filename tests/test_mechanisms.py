@@ -215,6 +215,18 @@ def test_capacity_newly_used_names_the_component_that_uses_it() -> None:
     assert all(f.surprise < mechanisms.CLEAR for f in found if f.component != "hog")
 
 
+def test_a_peak_within_the_range_the_series_spanned_before_onset_uses_no_new_capacity() -> None:
+    # A busy neighbour swings between 25 % and 45 % of its CPU all hour and peaks at 47 % after onset:
+    # 22 % above its centre, but nothing it did not do before. The hog's 36 % is far beyond its range.
+    swinging = _cpu("catalog", 25, 47, 100).model_copy(update={"baseline_std": 8.0})
+    hog = _cpu("hog", 10, 46, 100).model_copy(update={"baseline_std": 2.0})
+    quiet = [_cpu(f"svc{i}", 10, 11, 100) for i in range(5)]
+    found = {f.component: f for f in mechanisms.capacity_findings([_metrics([swinging, hog, *quiet])])}
+    assert found["catalog"].value == 0.0 and found["catalog"].surprise < mechanisms.CLEAR
+    assert "within its usual range" in found["catalog"].why
+    assert found["hog"].value == pytest.approx(0.36) and found["hog"].surprise > mechanisms.CLEAR
+
+
 @pytest.mark.parametrize("limit", [None, 0.0, float("inf"), 1.0])
 def test_a_missing_zero_endless_or_absurd_limit_is_not_read_as_capacity(limit: float | None) -> None:
     found = mechanisms.capacity_findings([_metrics([_cpu("hog", 10, 98, limit)])])
