@@ -11,7 +11,7 @@ import pytest
 
 from opsagent import mechanisms, ranking
 from opsagent.analysis.gaps import call_gaps
-from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
+from opsagent.analysis.steps import StepLine, code_location, step_lines, step_shortfalls
 from opsagent.fixtures import Edge, Span, load
 from opsagent.incident import open_incident
 from opsagent.models import (
@@ -479,6 +479,29 @@ def test_lines_of_one_statement_are_one_step_each_time_the_statement_prints_them
     assert price != loading
     assert [s.template for s in steps[:5]] == [price, loading, price, price, loading]
     assert steps[5].service == "web" and steps[5].template == "Loading rates from cache"
+
+
+def test_a_line_that_names_its_code_location_is_that_statement_whatever_values_it_prints() -> None:
+    # One statement prints a seat request with many varying values (train, stations, dates): too many
+    # to group by text, but its logger and line say which statement it is. Another statement of the
+    # same class prints a similar text at another line: another step. A value in the message body that
+    # looks like a location does not count.
+    texts = [
+        "10:00:01.100 INFO  t.s.TravelServiceImpl#451 TraceID: a1 [getLeft][Seat request][Seat(train=G1234, "
+        "from=shanghai, to=nanjing, date=2023-01-29, type=2, stations=[shanghai, suzhou, nanjing])]",
+        "10:00:02.200 INFO  t.s.TravelServiceImpl#451 TraceID: b2 [getLeft][Seat request][Seat(train=D5678, "
+        "from=beijing, to=tianjin, date=2023-01-30, type=3, stations=[beijing, langfang, tianjin])]",
+        "10:00:03.300 INFO  t.s.TravelServiceImpl#457 TraceID: c3 [getLeft][Seat request][Seat(train=G1234, "
+        "from=shanghai, to=nanjing, date=2023-01-29, type=2, stations=[shanghai, suzhou, nanjing])]",
+        "10:00:04.400 INFO  checkout done for order a.b#12 in 3 ms",
+    ]
+    steps = step_lines([(float(i), "travel", f"s{i}", t) for i, t in enumerate(texts)])
+    assert steps[0].template == steps[1].template and steps[0].template.endswith("(at t.s.TravelServiceImpl#451)")
+    assert steps[2].template != steps[0].template and steps[2].template.endswith("(at t.s.TravelServiceImpl#457)")
+    assert "(at " not in steps[3].template
+    assert code_location("2009/11/10 23:00:00 main.go:23: listening") == "main.go:23"
+    assert code_location("ERROR [OrderService.java:88] failed") == "OrderService.java:88"
+    assert code_location("INFO checkout done for order #12 in 3.5 ms") is None
 
 
 def test_a_step_that_no_longer_follows_its_predecessor_is_found_in_the_component_that_dropped_it() -> None:

@@ -17,6 +17,7 @@ of the same incident. Pure functions; no I/O.
 from __future__ import annotations
 
 import math
+import re
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -55,6 +56,28 @@ ESTABLISHED = 0.05
 END = "(end)"
 
 
+#: Where a logger prints the code location of its statement: a package-qualified logger and line
+#: (``t.s.OrderServiceImpl#451``, logback's ``%logger#%line``) or a source file and line
+#: (``OrderService.java:451``, ``handler.go:88``, ``views.py:12``), among the line's first words (its
+#: prefix; a value in the message body that looks alike is not the statement's location).
+CODE_LOCATION = re.compile(
+    r"(?:^|(?<=[\s\[(]))(?:"
+    r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+#\d+"
+    r"|[\w./-]*\w\.(?:java|kt|scala|groovy|go|py|rb|js|mjs|ts|cs|php|cpp|cc|c|rs|ex|exs):\d+"
+    r")(?=[\s\]):,]|$)"
+)
+#: A line's prefix: its first six words (date, time, thread, level, logger, location in the common
+#: layouts of logback, log4j, Go's log and klog).
+PREFIX = re.compile(r"\s*(?:\S+\s+){0,5}\S+")
+
+
+def code_location(message: str) -> str | None:
+    """The code location a log line names in its prefix (CODE_LOCATION, PREFIX), if any."""
+    prefix = PREFIX.match(message)
+    found = CODE_LOCATION.search(message, 0, prefix.end()) if prefix else None
+    return found.group(0) if found else None
+
+
 @dataclass(frozen=True, slots=True)
 class StepLine:
     """One log line of a span: when, whose, which span, and its template (variables masked)."""
@@ -66,33 +89,53 @@ class StepLine:
 
 
 def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]:
-    """Log lines ``(ts, service, span id, message)`` as steps: each message by the template it joins
-    among its component's lines (mined Drain-style, so a statement that prints a varying value is one
-    step, not one per value)."""
+    """Log lines ``(ts, service, span id, message)`` as steps. A line that names the code location of
+    its statement (:func:`code_location`) is that statement, whatever values it prints: one step per
+    location, labelled with the first such line's text (masked) and the location. Any other line is
+    the template it joins among its component's lines (mined Drain-style, so a statement that prints a
+    varying value is one step, not one per value; a statement that prints many varying values can
+    split, which a printed location avoids)."""
     masker = Masker()
     # A statement prints the same text again and again (every request that takes the step); masking
     # is a function of the text alone, so each distinct text is masked once (a bounded memo).
     masked: dict[str, tuple[str, ...]] = {}
-    miners: dict[str, TemplateMiner] = {}
-    joined: list[tuple[float, str, str, int | None]] = []
-    for ts, service, span_id, message in records:
-        miner = miners.get(service)
-        if miner is None:
-            miner = miners[service] = TemplateMiner(similarity=STATEMENT_SIMILARITY)
+
+    def mask(message: str) -> tuple[str, ...]:
         tokens = masked.get(message)
         if tokens is None:
             if len(masked) >= masker.cache_size:
                 masked.clear()
             tokens = masked[message] = masker.tokens(message)[0]
-        template, _ = miner.add(tokens)
+        return tokens
+
+    miners: dict[str, TemplateMiner] = {}
+    located: dict[tuple[str, str], str] = {}  # (component, code location) -> its step's label
+    joined: list[tuple[float, str, str, int | str | None]] = []
+    for ts, service, span_id, message in records:
+        where = code_location(message)
+        if where is not None:
+            label = located.get((service, where))
+            if label is None:
+                label = located[(service, where)] = f"{' '.join(mask(message))} (at {where})"
+            joined.append((ts, service, span_id, label))
+            continue
+        miner = miners.get(service)
+        if miner is None:
+            miner = miners[service] = TemplateMiner(similarity=STATEMENT_SIMILARITY)
+        template, _ = miner.add(mask(message))
         joined.append((ts, service, span_id, template.index if template is not None else None))
     texts: dict[str, list[str]] = {}
     for service, miner in miners.items():
         roots = miner.merged()
         texts[service] = [miner.templates[r].text for r in roots]
     return [
-        StepLine(ts=ts, service=service, span_id=span_id, template=texts[service][i] if i is not None else "(other)")
-        for ts, service, span_id, i in joined
+        StepLine(
+            ts=ts,
+            service=service,
+            span_id=span_id,
+            template=step if isinstance(step, str) else texts[service][step] if step is not None else "(other)",
+        )
+        for ts, service, span_id, step in joined
     ]
 
 
