@@ -79,7 +79,7 @@ CALLS_IN = Detector("calls_in", "ms", floor=5.0, minimum=20.0)
 #: failure): a spread under a line every two minutes is noise, and at least that many must be new.
 OWN_ERRORS = Detector("own_errors", "lines/min", floor=0.5, minimum=0.5)
 
-#: The sharpest fall of a step's usual successor, in standard errors (a two-proportion z). Each value is
+#: The sharpest fall of a step's usual successor, as a z (Fisher's exact test). Each value is
 #: already the largest of many such comparisons within a component, and the innocent components of
 #: an incident whose traffic mix changed reach several: a spread under 1 is noise, at least 3 must be
 #: lost for the step to have vanished, and standing 4 spreads beyond the others proves it (measured on

@@ -412,7 +412,7 @@ class StepShortfall(Frozen):
     steps_after: int
     share_after: float = Field(description="the same share after onset")
     z: float = Field(
-        description="how far the share fell, in standard errors of both counts, less the part a branch took "
+        description="how surely the share fell (Fisher's exact test read as a standard-normal z), less the part a branch took "
         "(0: no fall)"
     )
     branched: float = Field(

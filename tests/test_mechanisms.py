@@ -11,7 +11,7 @@ import pytest
 
 from opsagent import mechanisms, ranking
 from opsagent.analysis.gaps import call_gaps
-from opsagent.analysis.steps import StepLine, code_location, step_lines, step_shortfalls
+from opsagent.analysis.steps import StepLine, code_location, fall_z, step_lines, step_shortfalls
 from opsagent.fixtures import Edge, Span, load
 from opsagent.incident import open_incident
 from opsagent.models import (
@@ -481,6 +481,22 @@ def test_lines_of_one_statement_are_one_step_each_time_the_statement_prints_them
     assert steps[5].service == "web" and steps[5].template == "Loading rates from cache"
 
 
+@pytest.mark.parametrize(("c1", "n1", "c2", "n2"), [(3, 4, 0, 34), (30, 30, 6, 30), (100, 115, 156, 233), (8, 8, 2, 7)])
+def test_how_surely_a_share_fell_is_fishers_exact_test(c1: int, n1: int, c2: int, n2: int) -> None:
+    from statistics import NormalDist
+
+    from scipy.stats import hypergeom
+
+    p = hypergeom.cdf(c2, n1 + n2, c1 + c2, n2)  # c2 or fewer of the followed steps after onset
+    assert fall_z(c1, n1, c2, n2) == pytest.approx(-NormalDist().inv_cdf(p), rel=1e-6)
+
+
+def test_a_fall_seen_in_a_handful_of_requests_is_less_sure_than_the_same_fall_in_many() -> None:
+    assert fall_z(3, 4, 0, 34) < 3.5 < fall_z(30, 40, 0, 340)  # 75 % -> 0 %, four requests before or forty
+    assert fall_z(5, 10, 8, 10) == 0.0 and fall_z(5, 10, 5, 10) == 0.0  # no fall, nothing to say
+    assert fall_z(3, 3, 0, 0) == 0.0 and fall_z(0, 0, 0, 5) == 0.0  # nothing after onset, or before
+
+
 def test_a_line_that_names_its_code_location_is_that_statement_whatever_values_it_prints() -> None:
     # One statement prints a seat request with many varying values (train, stations, dates): too many
     # to group by text, but its logger and line say which statement it is. Another statement of the
@@ -657,7 +673,7 @@ def test_a_usual_successor_giving_way_to_a_branch_the_step_already_took_is_the_t
             [["booked <*>", "orders <*>"], instead, ["booked <*>", "orders <*>"], ["booked <*>", "other orders <*>"]],
         )
         (lost,) = [s for s in step_shortfalls([], lost_lines, incident=_incident()) if s.component == "api"]
-        assert lost.next_step == "logs orders <*>" and lost.branched < 0.5 and lost.z > 2
+        assert lost.next_step == "logs orders <*>" and lost.branched < 0.5 and lost.z > 1.5
     # A skipped step: what used to follow "orders" now follows "booked" directly. Lost, not a branch.
     skipped = _api_lines(
         [["booked <*>", "orders <*>", "paid <*>"]] * 4 + [["booked <*>", "other orders <*>", "paid <*>"]],

@@ -22,6 +22,7 @@ from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -262,6 +263,41 @@ def _calls_another(step: str, service: str) -> bool:
     return step.startswith("calls ") and step.split(" ", 2)[1] != service
 
 
+def fall_z(c1: int, n1: int, c2: int, n2: int) -> float:
+    """How surely a share fell from ``c1/n1`` to ``c2/n2``, as a standard-normal z (0 where it did not):
+    Fisher's exact test, one-sided (the probability of ``c2`` or fewer of the ``n2`` after onset, given
+    both margins), its p-value read as the z it would be under a normal curve.
+
+    The two-proportion z it replaces overstates a fall seen in a handful of requests (3 of 4 before
+    onset and 0 of 34 after read z 5.3; the exact test says 3.3). Written here rather than taken from
+    SciPy's ``hypergeom`` (40 us a call against 6 us): large systems test every step of every component."""
+    k, n = c1 + c2, n1 + n2
+    if n1 <= 0 or n2 <= 0 or c1 * n2 <= c2 * n1:
+        return 0.0
+    log_total = math.lgamma(n + 1) - math.lgamma(n2 + 1) - math.lgamma(n - n2 + 1)
+
+    def log_p(x: int) -> float:  # P(X = x): x of the k followed steps fell after onset
+        return (
+            math.lgamma(k + 1)
+            - math.lgamma(x + 1)
+            - math.lgamma(k - x + 1)
+            + math.lgamma(n - k + 1)
+            - math.lgamma(n2 - x + 1)
+            - math.lgamma(n - k - n2 + x + 1)
+            - log_total
+        )
+
+    terms = [log_p(x) for x in range(max(0, k - n1), min(c2, k, n2) + 1)]
+    if not terms:
+        return 0.0
+    top = max(terms)
+    p = math.exp(top + math.log(sum(math.exp(t - top) for t in terms)))
+    return max(-_NORMAL.inv_cdf(min(max(p, 1e-300), 0.5)), 0.0)
+
+
+_NORMAL = NormalDist()
+
+
 def _branched(
     step: str, lost: str, before: Counter[tuple[str, str]], n1: int, after: Counter[tuple[str, str]], n2: int
 ) -> float:
@@ -291,8 +327,8 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
 
     Before onset is the incident's baseline where the step was taken often enough there, else the spans
     between the window's start and onset (as for call gaps); onset is the alert's start less its pending
-    period (ALERT_LEAD_S). The measure is a two-proportion z: how far the share of the step followed by
-    its usual successor fell, in standard errors of both counts, less the share of the lost successor's
+    period (ALERT_LEAD_S). The measure is how surely the share of the step followed by its usual
+    successor fell (:func:`fall_z`: Fisher's exact test read as a z), less the share of the lost successor's
     place that a branch the step already took has taken (:func:`_branched`). A component whose compared steps lost
     nothing gets a shortfall of 0 (it ran, and found none); one whose steps are always followed by the
     same next step, before and after, has nothing to compare and is not listed."""
@@ -324,10 +360,9 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
                 if a != step or nxt == END or c1 / n1 < USUAL or n2 * c1 / n1 < MIN_EXPECTED:
                     continue
                 c2 = after_pairs[(step, nxt)]
-                pooled = (c1 + c2) / (n1 + n2)
-                if pooled >= 1.0:  # followed every time before and after: nothing to compare
+                if c1 + c2 >= n1 + n2:  # followed every time before and after: nothing to compare
                     continue
-                z = (c1 / n1 - c2 / n2) / math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+                z = fall_z(c1, n1, c2, n2)
                 branched = _branched(step, nxt, pairs[period][service], n1, after_pairs, n2)
                 z *= 1.0 - branched
                 if best is None or z > best.z:
