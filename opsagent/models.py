@@ -412,8 +412,8 @@ class StepShortfall(Frozen):
     steps_after: int
     share_after: float = Field(description="the same share after onset")
     z: float = Field(
-        description="how surely the share fell (Fisher's exact test read as a standard-normal z), less the part a branch took "
-        "(0: no fall)"
+        description="how surely the share fell (Fisher's exact test read as a standard-normal z), less the part "
+        "a branch took (0: no fall)"
     )
     branched: float = Field(
         default=0.0,
