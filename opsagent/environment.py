@@ -28,8 +28,11 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from opsagent.kubestate import replicaset_of
 from opsagent.models import (
     Action,
+    ChangeRecord,
+    ChangesData,
     Citation,
     Incident,
     KubernetesData,
@@ -39,7 +42,9 @@ from opsagent.models import (
     LessonUse,
     Observation,
     Situation,
+    VersionsData,
 )
+from opsagent.ranking import CHANGE_FEATURES
 
 #: A lesson acts where at least this share of the components it was learned among (and of this
 #: incident's) are the same (Jaccard overlap): another system's lessons stay out.
@@ -62,6 +67,12 @@ PRIOR_HISTORY = 3.0
 LEARN_ABOVE, USUAL_FEATURES = 5, 3
 #: Features a situation keeps per component (the strongest).
 SITUATION_FEATURES = 8
+#: A usual lesson about a release names it as this prefix and the release (``release:<replicaset>``).
+RELEASE = "release:"
+#: The change kinds that put a new release out.
+ROLLOUT_KINDS = ("deploy", "rollout")
+#: A release counts as vetted once it ran through this many earlier incidents whose cause was elsewhere.
+RELEASE_MIN_SEEN = 1
 #: A detector counts as noise once it showed on an innocent leading suspect in this many
 #: incidents of the environment.
 NOISE_MIN_SEEN = 3
@@ -99,6 +110,7 @@ def situation_of(
     features: Mapping[str, Mapping[str, float]],
     evidence: Mapping[str, Mapping[str, str]],
     effects: Sequence[LessonEffect] = (),
+    releases: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Situation:
     """The situation an investigation saw, with each feature at its magnitude before any lesson lowered
     it (so what a later incident learns does not depend on the lessons this one used)."""
@@ -117,6 +129,7 @@ def situation_of(
         components=sorted(components),
         evidence=kept,
         observations=seen,
+        releases={c: dict(sorted(r.items())) for c, r in sorted((releases or {}).items()) if r},
     )
 
 
@@ -132,6 +145,44 @@ def taken_down_by(observations: Iterable[Observation]) -> dict[str, str]:
                     if victim != finding.component:
                         out.setdefault(victim, finding.component)
     return out
+
+
+def releases_of(observations: Iterable[Observation]) -> dict[str, dict[str, str]]:
+    """Each component's new release in this incident (the ReplicaSets of its new version's pods: those the
+    canary comparison found, else those its rollout names), with the observation that shows it. The old
+    version's ReplicaSets (its pods the comparison found) are not a new release. A version name alone
+    (``v2``) is no release: every rollout may carry it; a ReplicaSet is one build of one pod template."""
+    observations = [o for o in observations if o.ok]
+    old: dict[str, set[str]] = {}
+    named: list[tuple[str, str, str]] = []
+    for obs in observations:
+        if isinstance(obs.data, VersionsData):
+            old.setdefault(obs.data.service, set()).update(
+                rs for rs in map(replicaset_of, obs.data.old_pods) if rs is not None
+            )
+            named += [(obs.data.service, pod, obs.id) for pod in obs.data.new_pods]
+        elif isinstance(obs.data, ChangesData):
+            named += [(c.service, pod, obs.id) for c in obs.data.changes for pod in rollout_pods(c)]
+    out: dict[str, dict[str, str]] = {}
+    for service, pod, obs_id in named:
+        rs = replicaset_of(pod)
+        if rs is not None and rs not in old.get(service, set()):
+            out.setdefault(service, {}).setdefault(rs, obs_id)
+    return out
+
+
+def rollout_pods(change: ChangeRecord) -> list[str]:
+    """The pods a rollout started of its new version: those its record lists (``pods``, its steps'), else
+    those its summaries name (``… creates checkout-7d9f8c6b5-x2x9q``) as pods of its service. A new
+    version that no metric has seen yet (``version:unseen``) is known by these alone."""
+    if change.kind not in ROLLOUT_KINDS:
+        return []
+    listed = [*change.pods.get(change.to_version or "", []), *(p for s in change.steps for p in s.pods)]
+    if listed:
+        return sorted(set(listed))
+    texts = [change.summary, *(s.summary or "" for s in change.steps)]
+    named = {w.strip(",;.()") for text in texts for w in text.split()}
+    return sorted(w for w in named if w.startswith(f"{change.service}-"))
 
 
 def _id(*parts: str) -> str:
@@ -203,7 +254,9 @@ def taught(
     ``suspects``: the report's components in its order; ``remedy``: the call that proves the cause."""
     trigger = LessonTrigger(symptom=situation.symptom, condition="", alert=situation.alert)
     order = {c: float(len(suspects) - n) for n, c in enumerate(dict.fromkeys(suspects))}
-    seen = signature(order, situation.evidence)
+    seen = signature(order, situation.evidence) + sorted(
+        f"{cause}/{RELEASE}{rs}" for rs in situation.releases.get(cause, {})
+    )
     shown = situation.evidence.get(cause, {})
     strongest = sorted(shown.items(), key=lambda kv: (-kv[1], kv[0]))[:USUAL_FEATURES]
     cited = [
@@ -264,9 +317,42 @@ def taught(
                     environment=list(situation.components),
                 )
             )
+    out += release_lessons(situation, cause=cause, kind=kind, base=out[0])
     leading = [c for c in list(dict.fromkeys(suspects))[:LEARN_ABOVE] if c != cause]
     out += detector_lessons(situation, leading, cause=cause, kind=kind, base=out[0])
     return [le.model_copy(update={"id": identity(le)}) for le in out]
+
+
+def release_lessons(situation: Situation, *, cause: str, kind: str, base: Lesson) -> list[Lesson]:
+    """A ``usual`` lesson for each release of an innocent component that ran through this incident
+    (feature ``release:<replicaset>``): the release was out and the cause was elsewhere. Where the same
+    release is out again, its component's change evidence counts less (:meth:`EnvironmentMemory.calibrate`).
+    ``base``: the incident's culprit lesson (trigger, next action)."""
+    out = []
+    for c, releases in sorted(situation.releases.items()):
+        if c == cause:
+            continue
+        for rs, obs in sorted(releases.items()):
+            out.append(
+                base.model_copy(
+                    update={
+                        "teaches": "usual",
+                        "component": c,
+                        "feature": f"{RELEASE}{rs}",
+                        "strength": MAX_DISCOUNT,
+                        "services": [c],
+                        "trigger": base.trigger.model_copy(
+                            update={"condition": f"release {rs} of {c} was out, and innocent", "signals": [RELEASE]}
+                        ),
+                        "refuting_evidence": [
+                            Citation(
+                                observation_id=obs, value=f"{rs} of {c} was out — yet the cause was {kind} on {cause}"
+                            )
+                        ],
+                    }
+                )
+            )
+    return out
 
 
 def detector_lessons(
@@ -377,15 +463,25 @@ class EnvironmentMemory:
         return self._here
 
     def calibrate(
-        self, features: MutableMapping[str, dict[str, float]], components: Iterable[str]
+        self,
+        features: MutableMapping[str, dict[str, float]],
+        components: Iterable[str],
+        *,
+        releases: Mapping[str, Mapping[str, str]] | None = None,
     ) -> list[LessonEffect]:
         """Lower each feature a component usually shows while innocent here by that usual level, by at
-        most MAX_DISCOUNT of it. Changes ``features`` in place; returns what it did."""
+        most MAX_DISCOUNT of it; and the change evidence of a release (``releases``, :func:`releases_of`)
+        that ran through earlier incidents whose cause was elsewhere. Changes ``features`` in place;
+        returns what it did."""
         effects = []
         here = self.here(components)
         contradicted = {usual.id: cause for usual, cause in contradictions(here)}
+        effects += self.vetted(features, here, releases or {}, contradicted)
+        released = {(e.component, e.feature) for e in effects}
         for le in sorted(here, key=lambda le: le.id):
             if le.teaches != "usual" or le.count < USUAL_MIN_SEEN or le.component is None or le.feature is None:
+                continue
+            if le.feature.startswith(RELEASE) or (le.component, le.feature) in released:
                 continue
             own = features.get(le.component, {})
             value = own.get(le.feature)
@@ -422,6 +518,60 @@ class EnvironmentMemory:
             )
         lowered = {(e.component, e.feature) for e in effects}
         return effects + self.quieten(features, here, lowered)
+
+    def vetted(
+        self,
+        features: MutableMapping[str, dict[str, float]],
+        here: Sequence[Lesson],
+        releases: Mapping[str, Mapping[str, str]],
+        contradicted: Mapping[str, Lesson],
+    ) -> list[LessonEffect]:
+        """Lower by MAX_DISCOUNT the change evidence (``change:*``, ``version:*``) of a component whose
+        release in this incident ran through RELEASE_MIN_SEEN earlier incidents whose cause was elsewhere:
+        a build already out while something else broke is not what is new here. A release that was the
+        cause behind the same alert (a culprit lesson names it) is not vetted: the report says so."""
+        effects: list[LessonEffect] = []
+        for le in sorted(here, key=lambda le: le.id):
+            if le.teaches != "usual" or le.component is None or not (le.feature or "").startswith(RELEASE):
+                continue
+            rs = (le.feature or "")[len(RELEASE) :]
+            own = features.get(le.component, {})
+            done = {e.feature for e in effects if e.component == le.component}  # once per feature, whatever the release
+            shown = sorted(f for f, m in own.items() if m > 0 and f.startswith(CHANGE_FEATURES) and f not in done)
+            if rs not in releases.get(le.component, {}) or le.count < RELEASE_MIN_SEEN or not shown:
+                continue
+            if le.id in contradicted:
+                cause = contradicted[le.id]
+                for f in shown:
+                    effects.append(
+                        LessonEffect(
+                            lesson_id=le.id,
+                            component=le.component,
+                            effect="held",
+                            feature=f,
+                            before=own[f],
+                            after=own[f],
+                            why=f"not applied to {f} on {le.component}: lesson {cause.id} says release {rs} was the "
+                            f"cause behind {cause.trigger.alert}",
+                        )
+                    )
+                continue
+            for f in shown:
+                before = own[f]
+                own[f] = round(before * (1 - MAX_DISCOUNT), 4)
+                effects.append(
+                    LessonEffect(
+                        lesson_id=le.id,
+                        component=le.component,
+                        effect="lowered",
+                        feature=f,
+                        before=before,
+                        after=own[f],
+                        why=f"lowered {f} on {le.component} from {before:.2f} to {own[f]:.2f}: its release {rs} was "
+                        f"out in {le.count} earlier incident(s) while the cause was elsewhere",
+                    )
+                )
+        return effects
 
     def quieten(
         self,

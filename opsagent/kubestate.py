@@ -47,6 +47,16 @@ _REVISION = ("deployment.kubernetes.io/revision", "rollout.argoproj.io/revision"
 _TEMPLATE_HASH = ("pod-template-hash", "rollouts-pod-template-hash")
 
 
+def replicaset_of(pod: str) -> str | None:
+    """The ReplicaSet a Deployment's pod belongs to, read from the pod's name (``<replicaset>-<5 chars>``,
+    the ReplicaSet ending in its pod-template hash): one build of one pod template. None where the name
+    is not of that shape (a StatefulSet's ``redis-0``, a bare pod)."""
+    if not _POD_SUFFIX.search(pod):
+        return None
+    rs = _POD_SUFFIX.sub("", pod)
+    return rs if _HASH.search(rs) else None
+
+
 # ---------------------------------------------------------------- the parts of the API objects read
 
 

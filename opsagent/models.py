@@ -1058,6 +1058,11 @@ class Situation(Frozen):
     observations: dict[str, dict[str, str]] = Field(
         default_factory=dict, description="component -> triage feature -> the observation id behind it"
     )
+    releases: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="component -> the release (a ReplicaSet: one build of its pod template) its new version's pods"
+        " ran in this incident -> the observation that shows them",
+    )
 
 
 #: The JSON report's schema version (opsagent/data/report.schema.json). Raised when a field is

@@ -20,7 +20,7 @@ from opsagent import ranking
 from opsagent.analysis.changes import changes_in_flight
 from opsagent.catalog import SignalCatalog
 from opsagent.correlation import explain
-from opsagent.environment import EnvironmentMemory, situation_of
+from opsagent.environment import EnvironmentMemory, releases_of, situation_of
 from opsagent.fixtures import Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import Retrieved, retrieve
@@ -314,6 +314,7 @@ def conclude(
             {c.component: c.features for c in outcome.triage.components},
             {c.component: c.evidence for c in outcome.triage.components},
             outcome.triage.learned,
+            releases=releases_of(toolbox.observations.values()),
         ),
         unreadable_sources=dict(toolbox.unreadable),
         detectors=dict(outcome.triage.detectors),

@@ -14,7 +14,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from opsagent import ranking
-from opsagent.environment import taken_down_by
+from opsagent.environment import releases_of, taken_down_by
 from opsagent.features import (
     Profile,
     add_caller_features,
@@ -109,7 +109,11 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     ranking.unown_errors({c: p.features for c, p in profiles.items()}, graph, broken)
     components = set(profiles) | {e.caller for e in graph} | called | set(incident.services)
     memory = toolbox.environment
-    learned = memory.calibrate({c: p.features for c, p in profiles.items()}, components) if memory else []
+    learned = (
+        memory.calibrate({c: p.features for c, p in profiles.items()}, components, releases=releases_of(used))
+        if memory
+        else []
+    )
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}
     own = ranking.explain_by_out_of_service(own, graph, broken)
     reach = descendants(graph, incident.services) if graph else components

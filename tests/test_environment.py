@@ -11,9 +11,12 @@ import pytest
 from opsagent import environment
 from opsagent.environment import EnvironmentMemory, contradictions, forgotten, taught
 from opsagent.feedback import apply_feedback, keep_investigation
+from opsagent.kubestate import replicaset_of
 from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, misled_by, problems, retrieve
 from opsagent.models import (
     Action,
+    ChangeRecord,
+    ChangesData,
     Incident,
     KubeFinding,
     KubernetesData,
@@ -22,6 +25,7 @@ from opsagent.models import (
     Situation,
     SourceKind,
     Symptom,
+    VersionsData,
 )
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
@@ -362,3 +366,85 @@ def test_a_detector_lesson_without_its_feature_is_refused_and_a_whole_one_surviv
     with Store(store_location) as store:
         store.upsert_lesson(noise)
         assert store.lessons() == [noise]
+
+
+# ---------------------------------------------------------------- releases
+
+CART_OLD, CART_NEW = "cart-7d9f8c6b5", "cart-5c4b8f7d9a"
+
+
+def rolled_out(cart_pods: list[str], *, old_pods: tuple[str, ...] = (), summary: str = "") -> list[Observation]:
+    """A changes read with cart's rollout, and the canary comparison of cart's versions."""
+    change = ChangeRecord(
+        id="rollout-cart",
+        ts=NOW - timedelta(minutes=8),
+        service="cart",
+        kind="rollout",
+        summary=summary or "rollout cart v1->v2",
+        to_version="v2",
+        minutes_before_onset=3.0,
+    )
+    return [
+        Observation(
+            id="c-1",
+            action=Action(tool="changes.list"),
+            source=SourceKind.changes,
+            data=ChangesData(changes=[change]),
+            text="",
+            tokens=1,
+        ),
+        Observation(
+            id="v-1",
+            action=Action(tool="metrics.versions", args={"service": "cart"}),
+            source=SourceKind.versions,
+            data=VersionsData(service="cart", new_pods=cart_pods, old_pods=list(old_pods), new_version="v2"),
+            text="",
+            tokens=1,
+        ),
+    ]
+
+
+def released(times: int, cause: str = "db", release: str = CART_NEW) -> list[Lesson]:
+    """What ``times`` incidents taught in which cart's release ``release`` was out."""
+    seen = situation().model_copy(update={"releases": {"cart": {release: "v-1"}}})
+    return _merged(seen, times, cause)
+
+
+def test_a_release_is_one_build_named_by_its_pods_and_not_the_old_version() -> None:
+    assert replicaset_of(f"{CART_NEW}-x2x9q") == CART_NEW
+    assert replicaset_of("redis-0") is None and replicaset_of("cart") is None  # no build in the name
+    found = environment.releases_of(
+        rolled_out([f"{CART_NEW}-x2x9q", f"{CART_NEW}-p4k2m"], old_pods=(f"{CART_OLD}-a1b2c",))
+    )
+    assert found == {"cart": {CART_NEW: "v-1"}}
+    # a version no metric has seen yet is known by the pods its rollout names; the old ones it removes are not it
+    unseen = rolled_out(
+        [], old_pods=(f"{CART_OLD}-a1b2c",), summary=f"step 1: +1 pod {CART_NEW}-x2x9q (-1 {CART_OLD}-a1b2c)"
+    )
+    assert environment.releases_of(unseen) == {"cart": {CART_NEW: "c-1"}}
+    assert environment.releases_of(rolled_out(["cart-v2"], summary="rollout cart v1->v2")) == {}  # a name is no build
+
+
+def test_a_release_out_while_the_cause_was_elsewhere_halves_its_change_evidence_once_and_says_why() -> None:
+    lessons = released(1)
+    (vetted,) = [le for le in lessons if (le.feature or "").startswith(environment.RELEASE)]
+    assert vetted.component == "cart" and vetted.refuting_evidence[0].observation_id == "v-1" and not problems(vetted)
+    features = {"cart": {"change:deploy": 0.5, "version:unseen": 3.0, "signal:latency_p99:up": 2.0}}
+    memory = EnvironmentMemory.of(lessons, incident())
+    effects = memory.calibrate(features, SYSTEM, releases={"cart": {CART_NEW: "v-9"}})
+    assert features["cart"] == {"change:deploy": 0.25, "version:unseen": 1.5, "signal:latency_p99:up": 2.0}
+    assert all(f"its release {CART_NEW} was out in 1 earlier incident(s)" in e.why for e in effects)
+    assert {e.feature for e in effects} == {"change:deploy", "version:unseen"}
+    # another build of cart is new here: nothing vouches for it
+    other = {"cart": {"change:deploy": 0.5}}
+    assert memory.calibrate(other, SYSTEM, releases={"cart": {"cart-9f8e7d6c5b": "v-9"}}) == []
+    assert other["cart"]["change:deploy"] == 0.5
+
+
+def test_a_release_that_was_the_cause_behind_the_alert_is_not_vouched_for_and_the_report_says_why() -> None:
+    lessons = released(2) + released(1, cause="cart")  # out twice while db was the cause, then it was the cause
+    features = {"cart": {"change:deploy": 0.5}}
+    effects = EnvironmentMemory.of(lessons, incident()).calibrate(features, SYSTEM, releases={"cart": {CART_NEW: "c"}})
+    assert features["cart"]["change:deploy"] == 0.5
+    (held,) = [e for e in effects if e.feature == "change:deploy"]
+    assert held.effect == "held" and f"release {CART_NEW} was the cause behind ApiSlow@api" in held.why

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from opsagent.cli.common import ExitCode, deliver, err, fail, out, store, wide, writable
 from opsagent.cli.options import PlaybooksOpt
+from opsagent.environment import RELEASE
 from opsagent.feedback import apply_feedback
 from opsagent.fixtures import not_utf8
 from opsagent.lessons import finalised, problems, root_cause_parts
@@ -39,6 +40,8 @@ def _what(le: Lesson) -> str:
     """What a lesson is about: the kind it refuted, or what it taught about its environment."""
     if le.teaches == "culprit":
         return f"cause behind {le.trigger.alert}: {le.component}"
+    if le.teaches == "usual" and (le.feature or "").startswith(RELEASE):
+        return f"release of {le.component} out while the cause was elsewhere: {(le.feature or '')[len(RELEASE) :]}"
     if le.teaches == "usual":
         return f"usual on {le.component}: {le.feature} up to {le.strength}"
     if le.teaches == "noise":
