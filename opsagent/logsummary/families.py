@@ -160,7 +160,41 @@ _DIGIT_HINTS = {"5xx": "5", "ratelimit": "429", "tls": "509"}
 
 def numeric_families(message: str, candidates: tuple[str, ...]) -> list[str]:
     """Which of the numeric families a message of a shape that could match them does match."""
-    return [f for f in candidates if _DIGIT_HINTS[f] in message and FAMILIES[f].search(message) is not None]
+    return [f for f in candidates if _DIGIT_HINTS[f] in message and _SEARCH.get(f, _search)(f, message)]
+
+
+def _search(family: str, message: str) -> bool:
+    return FAMILIES[family].search(message) is not None
+
+
+#: The 5xx pattern's two branches without their leading word boundary, for lower-case text. Each
+#: starts with a literal the regular-expression engine can look for quickly, where the whole
+#: pattern, starting with a word boundary, is tried at every character of the message: the one
+#: search that ran on nearly every message (a ``5`` is in nearly every one).
+_5XX_NAMED = re.compile(r"(?:status|http|code|returned)[=: /]*5\d\d\b")
+_5XX_BARE = re.compile(r"50[234] ")
+
+
+def _has_5xx(family: str, message: str) -> bool:
+    """``FAMILIES["5xx"].search(message) is not None``, found faster in ASCII text.
+
+    In ASCII text, matching without regard to case is matching the lower-cased text, and the
+    pattern's leading word boundary (before a letter or a digit) means the character before is no
+    word character. A candidate the boundary rejects hides no match: one would have to start
+    inside it, after a letter of its keyword or at a character that is no keyword's first.
+    """
+    if not message.isascii():
+        return _search(family, message)
+    lower = message.lower()
+    for pattern in (_5XX_NAMED, _5XX_BARE):
+        for found in pattern.finditer(lower):
+            i = found.start()
+            if i == 0 or not (lower[i - 1].isalnum() or lower[i - 1] == "_"):
+                return True
+    return False
+
+
+_SEARCH = {"5xx": _has_5xx}
 
 
 def resolve(found: list[str]) -> list[str]:
