@@ -148,7 +148,7 @@ def families_of_shape(shape: str) -> tuple[list[str], list[str]]:
             _DIGIT.search(m.group()) is None for m in FAMILIES[n].finditer(shape)
         ):
             sure.append(n)
-        elif _SHAPE_PATTERNS[n].search(shape) is not None:
+        elif _SHAPE_SEARCH.get(n, _search_shape)(n, shape):
             maybe.append(n)
     return resolve(sure), maybe
 
@@ -167,34 +167,40 @@ def _search(family: str, message: str) -> bool:
     return FAMILIES[family].search(message) is not None
 
 
+def _search_shape(family: str, shape: str) -> bool:
+    return _SHAPE_PATTERNS[family].search(shape) is not None
+
+
 #: The 5xx pattern's two branches without their leading word boundary, for lower-case text. Each
 #: starts with a literal the regular-expression engine can look for quickly, where the whole
 #: pattern, starting with a word boundary, is tried at every character of the message: the one
-#: search that ran on nearly every message (a ``5`` is in nearly every one).
-_5XX_NAMED = re.compile(r"(?:status|http|code|returned)[=: /]*5\d\d\b")
-_5XX_BARE = re.compile(r"50[234] ")
+#: search that ran on nearly every message (a ``5`` is in nearly every one, ``000`` in every shape).
+_5XX = (re.compile(r"(?:status|http|code|returned)[=: /]*5\d\d\b"), re.compile(r"50[234] "))
+_5XX_SHAPE = tuple(re.compile(p.pattern.translate(SHAPE)) for p in _5XX)
 
 
-def _has_5xx(family: str, message: str) -> bool:
-    """``FAMILIES["5xx"].search(message) is not None``, found faster in ASCII text.
+def _by_literals(branches: tuple[re.Pattern[str], ...], pattern: re.Pattern[str], text: str) -> bool:
+    """``pattern.search(text) is not None``, where ``branches`` are the pattern's branches without
+    their leading word boundary (each before a letter or a digit), found faster in ASCII text.
 
-    In ASCII text, matching without regard to case is matching the lower-cased text, and the
-    pattern's leading word boundary (before a letter or a digit) means the character before is no
-    word character. A candidate the boundary rejects hides no match: one would have to start
-    inside it, after a letter of its keyword or at a character that is no keyword's first.
+    In ASCII text, matching without regard to case is matching the lower-cased text, and the word
+    boundary means the character before is no word character. A candidate the boundary rejects
+    hides no match: one would have to start inside it, after a letter of its keyword or at a
+    character that is no keyword's first.
     """
-    if not message.isascii():
-        return _search(family, message)
-    lower = message.lower()
-    for pattern in (_5XX_NAMED, _5XX_BARE):
-        for found in pattern.finditer(lower):
+    if not text.isascii():
+        return pattern.search(text) is not None
+    lower = text.lower()
+    for branch in branches:
+        for found in branch.finditer(lower):
             i = found.start()
             if i == 0 or not (lower[i - 1].isalnum() or lower[i - 1] == "_"):
                 return True
     return False
 
 
-_SEARCH = {"5xx": _has_5xx}
+_SEARCH = {"5xx": lambda family, message: _by_literals(_5XX, FAMILIES[family], message)}
+_SHAPE_SEARCH = {"5xx": lambda family, shape: _by_literals(_5XX_SHAPE, _SHAPE_PATTERNS[family], shape)}
 
 
 def resolve(found: list[str]) -> list[str]:
