@@ -106,6 +106,32 @@ def test_ordinary_words_numbers_and_versions_are_left_alone() -> None:
     assert redact(text, redactors()) == (text, 0)
 
 
+def test_the_quick_gate_passes_every_text_a_redactor_would_change() -> None:
+    # text holding none of the redactors' words skips them: redacting must give what every one gives
+    import random
+
+    rng = random.Random(24)
+    chain = redactors(environ={"OPSAGENT_LLM_API_KEY": "s3cr3t-Value-42"})
+    fragments = [
+        "Bearer ",
+        JWT,
+        "token=",
+        "key:",
+        "passw",
+        OPENAI_KEY,
+        GITHUB_TOKEN,
+        "s3cr3t-Value-42",
+        "x ",
+        "://u:p@h",
+    ]
+    for _ in range(2_000):
+        text = "".join(rng.choice(fragments) for _ in range(rng.randint(1, 4)))
+        every = text
+        for step in chain:
+            every = step(every)[0]
+        assert redact(text, chain)[0] == every
+
+
 def test_the_prompts_themselves_trigger_nothing() -> None:
     prompts = default_prompts()
     for name in type(prompts).model_fields:

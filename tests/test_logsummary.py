@@ -240,6 +240,68 @@ def test_a_messages_digits_do_not_change_its_masks_or_families() -> None:
         assert sorted(parsed.families) == sorted(families_of(message))
 
 
+def test_the_5xx_family_is_found_exactly_where_its_pattern_matches() -> None:
+    # the quick search for the 5xx family must agree with the family's own pattern, word boundaries,
+    # case and non-ASCII text included
+    import random
+
+    from opsagent.logsummary.families import FAMILIES, numeric_families
+
+    fragments = [
+        "status",
+        "STATUS",
+        "Http",
+        "code",
+        "returned",
+        "x",
+        "_",
+        "=",
+        ":",
+        " ",
+        "/",
+        "5",
+        "50",
+        "502",
+        "503 ",
+        "504",
+        "500",
+        "5000",
+        "a",
+        "\u017ftatus",
+        "\u212a",
+        "é",
+        "\n",
+        "-",
+        "9",
+    ]
+    rng = random.Random(24)
+    messages = [
+        "HTTP/1.1 503",
+        "xstatus=500",
+        "code:5000",
+        "a502 b",
+        "_502 ",
+        "502 ",
+        "Status: 504",
+        "codestatus=500",
+        "\u017ftatus 500",
+        "returned  =/ 599!",
+        "ok 5",
+    ]
+    messages += ["".join(rng.choice(fragments) for _ in range(rng.randint(1, 8))) for _ in range(20_000)]
+    found = 0
+    summariser = LogSummariser()
+    for message in messages:
+        expected = ["5xx"] if FAMILIES["5xx"].search(message) is not None else []
+        found += bool(expected)
+        assert numeric_families(message, ("5xx",)) == expected, message
+        # and through a message's shape, as the summariser finds its families (ASCII text: with the
+        # long s, which matches s only without regard to case, the shape's hints already differ)
+        if message.isascii():
+            assert ("5xx" in summariser.parse(message).families) == ("5xx" in families_of(message)), message
+    assert 500 < found < len(messages) - 500  # both outcomes are exercised
+
+
 # ---------------------------------------------------------------- template mining
 
 
