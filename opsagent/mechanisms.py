@@ -30,15 +30,13 @@ the playbooks name the kind each mechanism stands for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
 from opsagent.analysis.gaps import MIN_CALLS, calls_into
 from opsagent.analysis.steps import MIN_STEPS
-from opsagent.fixtures import Edge
 from opsagent.models import LogsData, MetricsData, Observation, TracesData
-from opsagent.naming import meaning_of
 
 MIN_CALLS_TEXT = f"at least {MIN_CALLS}"
 
@@ -88,10 +86,6 @@ OWN_ERRORS = Detector("own_errors", "lines/min", floor=0.5, minimum=0.5)
 #: recorded incidents: at 4, the component that threw was the only one so clear in 9 of 10 such cases,
 #: against 6 at CLEAR, where innocent components also crossed).
 VANISHED = Detector("vanished", "z", floor=1.0, minimum=3.0, clear=4.0)
-
-#: How many doublings a component's own latency rose by beyond the most its callees' rose: a spread
-#: under one doubling is noise, and at least an eight-fold rise must be its own.
-OWN_LATENCY = Detector("own_latency", "doublings", floor=1.0, minimum=3.0, clear=4.0)
 
 #: Signals whose sudden use of a limit is a saturation of a kind of capacity (the catalog's semantic
 #: names). Memory is not among them: a leak grows over time rather than stepping up at onset, and pods
@@ -229,29 +223,6 @@ def calls_in_findings(observations: Iterable[Observation], *, saturated: frozens
     return judged(CALLS_IN, "mech:calls_in", values)
 
 
-def own_latency_findings(observations: Iterable[Observation], graph: Sequence[Edge]) -> list[Finding]:
-    """How many doublings each component's own latency (the requests it serves) rose by beyond what its
-    callees' rose by: a caller waits for a slow callee, so its rise is its callee's as far as they are
-    alike; a delay put on one component (its network, its code) is the rise its callees do not show."""
-    rises: dict[str, tuple[float, str, str]] = {}
-    for obs in observations:
-        if not obs.ok or not isinstance(obs.data, MetricsData):
-            continue
-        for s in obs.data.stats:
-            if s.scope != "service" or s.direction != "up" or not s.mean_ratio or not math.isfinite(s.mean_ratio):
-                continue
-            if s.mean_ratio <= 1 or meaning_of(s.query.split("{", 1)[0]) != "latency":
-                continue
-            rise = math.log2(s.mean_ratio)
-            if s.component not in rises or rise > rises[s.component][0]:
-                rises[s.component] = (rise, obs.id, f"{s.signal} up {s.mean_ratio:.3g}x")
-    values: dict[str, tuple[float, str, str]] = {}
-    for c, (rise, obs_id, why) in rises.items():
-        below = max((rises[e.callee][0] for e in graph if e.caller == c and e.callee in rises), default=0.0)
-        values[c] = (rise - below, obs_id, f"{why}, {rise - below:.1f} doublings beyond its callees'")
-    return judged(OWN_LATENCY, "mech:own_latency", values)
-
-
 def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
     """New errors of each component's own making, per minute (``lines``: component -> (lines/min, the
     observation)): a code path that now throws or returns a wrong result says so in its own logs."""
@@ -278,19 +249,14 @@ def vanished_findings(observations: Iterable[Observation]) -> list[Finding]:
     return judged(VANISHED, "mech:vanished", values)
 
 
-def findings(observations: list[Observation], graph: Sequence[Edge] = ()) -> list[Finding]:
+def findings(observations: list[Observation]) -> list[Finding]:
     """Every detector over the incident's observations."""
     capacity = capacity_findings(observations)
     # A caller out of CPU or of connections: the wire is not to blame for its slower calls.
     saturated = frozenset(
         f.component for f in capacity if f.surprise >= CLEAR and f.feature.rsplit(":", 1)[-1] in CALLER_SIDE
     )
-    return [
-        *capacity,
-        *calls_in_findings(observations, saturated=saturated),
-        *vanished_findings(observations),
-        *own_latency_findings(observations, graph),
-    ]
+    return [*capacity, *calls_in_findings(observations, saturated=saturated), *vanished_findings(observations)]
 
 
 #: Mechanisms that place a fault in the component whatever its callees do: the wire into it, errors of
