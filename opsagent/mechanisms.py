@@ -165,10 +165,6 @@ def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
             share = (s.window_max - s.baseline_mean) / s.limit
             if not math.isfinite(share) or share > 1.5:  # more than the limit allows: a wrong limit
                 continue
-            why = (
-                f"{s.signal} newly uses {share:.0%} of its limit ({s.baseline_mean:.3g} -> {s.window_max:.3g} of "
-                f"{s.limit:.3g})"
-            )
             usual = s.baseline_mean + USUAL_RANGE_Z * (s.baseline_std or 0.0)
             if share > 0 and s.window_max <= usual:
                 # It went as high before onset (its centre +- USUAL_RANGE_Z spreads): nothing new used.
@@ -176,6 +172,11 @@ def capacity_findings(observations: Iterable[Observation]) -> list[Finding]:
                 why = (
                     f"{s.signal} peaks at {s.window_max:.3g} of {s.limit:.3g}, within its usual range before onset "
                     f"(up to {usual:.3g}): no capacity newly used"
+                )
+            else:
+                why = (
+                    f"{s.signal} newly uses {share:.0%} of its limit ({s.baseline_mean:.3g} -> {s.window_max:.3g} "
+                    f"of {s.limit:.3g})"
                 )
             per = used.setdefault(s.signal, {})
             if s.component not in per or share > per[s.component][0]:
