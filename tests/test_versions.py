@@ -144,6 +144,73 @@ def test_a_new_version_that_reports_nothing_is_unseen_once_it_should_have() -> N
     assert soon.verdict == "unknown" and "reported nothing yet" in soon.reason
 
 
+def test_a_new_version_nobody_calls_is_not_unseen() -> None:
+    # Its callers stopped calling at minute 12 (a caller failing before it calls): the old version's
+    # pods still report their resources, but no call reaches either version.
+    calls = [_pod(f"ad-{p}", "v1", {m: 100.0 for m in range(13)}) for p in "ac"]
+    cpu = [_old(f"ad-{p}", 20.0, metric="pod_cpu_usage_rate_percent") for p in "ac"]
+    found = compare_versions([*calls, *cpu], service="adservice", incident=_incident(), rollout=_rollout(steps=(12,)))
+    assert found.verdict == "unknown", found.reason
+    assert "nothing calls adservice since 12:12" in found.reason
+    # called all along, the same silence is the new version's
+    called = [_old(f"ad-{p}", 100) for p in "ac"]
+    assert compare_versions([*called, *cpu], service="adservice", incident=_incident(), rollout=_rollout()).verdict == (
+        "unseen"
+    )
+
+
+def _edge(caller: str, callee: str, values: dict[int, float]) -> MetricSeries:
+    labels = {"__name__": "edge_success_rate_percent", "caller": caller, "callee": callee, "side": "destination"}
+    samples = [[(T0 + timedelta(minutes=m)).timestamp(), v] for m, v in sorted(values.items())]
+    return MetricSeries.model_validate({"labels": labels, "samples": samples})
+
+
+def _answering(failing_from: int, *, other_callee: float = 100.0) -> dict[str, object]:
+    """A clean v2 of adservice serving from minute 12, and the calls into and out of its caller, the
+    frontend, whose served calls fail from ``failing_from``."""
+    new = _pod("ad-v2-a", "v2", {m: 100.0 - (m % 2) * 0.02 for m in range(12, 20)})
+    series = [_old("ad-v1-a", 100), _old("ad-v1-b", 100), new]
+    calls = [
+        _edge("loadgen", "frontend", {m: 100.0 if m < failing_from else 20.0 + m % 3 for m in range(20)}),
+        _edge("frontend", "adservice", {m: 100.0 for m in range(20)}),
+        _edge("frontend", "cartservice", {m: 100.0 if m < 12 else other_callee for m in range(20)}),
+    ]
+    return {"series": series, "callers": calls}
+
+
+def test_a_release_whose_caller_fails_as_it_begins_to_serve_is_not_cleared_by_its_own_figures() -> None:
+    # A release that answers wrongly (a wrong value, a misordered parameter) succeeds by its own
+    # figures while the service calling it fails every request.
+    args = _answering(failing_from=12)
+    found = compare_versions(args["series"], service="adservice", incident=_incident(), callers=args["callers"])  # type: ignore[arg-type]
+    assert found.verdict == "unknown", found.reason
+    assert "frontend, which calls adservice, began failing as v2 began to serve" in found.reason
+    assert "edge_success_rate_percent 100 -> " in found.reason
+
+
+def test_a_callers_failure_the_release_does_not_explain_leaves_it_cleared() -> None:
+    def verdict(**kw: object) -> str:
+        args = _answering(**kw)  # type: ignore[arg-type]
+        return compare_versions(
+            args["series"],
+            service="adservice",
+            incident=_incident(),
+            callers=args["callers"],  # type: ignore[arg-type]
+        ).verdict
+
+    assert verdict(failing_from=9) == "no_worse"  # failing before v2 served
+    assert verdict(failing_from=15) == "no_worse"  # well for three minutes while v2 served
+    assert verdict(failing_from=12, other_callee=60.0) == "no_worse"  # another callee fails its calls
+    assert (
+        compare_versions(
+            _answering(failing_from=12)["series"],
+            service="adservice",
+            incident=_incident(),  # type: ignore[arg-type]
+        ).verdict
+        == "no_worse"
+    )  # nothing known of its callers
+
+
 def test_a_rollout_naming_versions_no_series_carries_is_not_unseen() -> None:
     old = [_old("ad-a", 100)]
     rollout = _rollout().model_copy(update={"from_version": "1.4.0", "to_version": "1.5.0"})

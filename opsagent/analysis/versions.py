@@ -80,11 +80,18 @@ class _Key:
 
 
 def compare_versions(
-    series: Sequence[MetricSeries], *, service: str, incident: Incident, rollout: ChangeRecord | None = None
+    series: Sequence[MetricSeries],
+    *,
+    service: str,
+    incident: Incident,
+    rollout: ChangeRecord | None = None,
+    callers: Sequence[MetricSeries] = (),
 ) -> VersionsData:
     """Compare the versions the service's series run, over the incident's window; ``rollout``, the
     service's rollout in the window where the change sources know one, names the new and the old
-    version and the pods of each."""
+    version and the pods of each; ``callers``, the figures of the calls into and out of the service's
+    callers (:func:`caller_names`): a release that answers wrongly fails its callers while its own
+    figures stay clean."""
     pod_version = {pod: v for v, pods in (rollout.pods if rollout else {}).items() for pod in pods}
     own = [s for s in series if emitted_by(s.labels, service) and not s.name.startswith("node_")]
     labelled: list[tuple[MetricSeries, str]] = []
@@ -130,6 +137,13 @@ def compare_versions(
             "no_worse",
             f"no error or latency figure of {new} worse than {', '.join(old)} ({len(decisive)} compared)",
         )
+        failed = failing_since(callers, service=service, since=since, end=end)
+        if failed:
+            verdict = "unknown"
+            reason += (
+                f", but {failed[0]}, which calls {service}, began failing as {new} began to serve (its "
+                f"calls {failed[1]}): a release that answers wrongly fails its callers, not itself"
+            )
     else:
         verdict = "unknown"
         reason = (
@@ -190,6 +204,7 @@ def _nothing_to_compare(
         first_step = moves(rollout)[1] if rollout.steps else rollout.ts
         last = max((t for s, _ in labelled for t, _ in s.samples), default=0.0)
         silent_min = (last - unix(first_step)) / 60
+        called = _called_until(labelled)
         base = dict(
             service=service,
             change_id=change_id,
@@ -200,6 +215,15 @@ def _nothing_to_compare(
             old_pods=sorted(p for v in versions for p in pods.get(v, [])),
             notes=notes,
         )
+        if silent_min >= UNSEEN_AFTER_MIN and called is not None and called < unix(first_step) + UNSEEN_AFTER_MIN * 60:
+            # Its old version's calls stopped too: nothing reached the service (a caller failing before
+            # it calls), so no pod of either version had anything to report.
+            reason = (
+                f"{rollout.to_version} reports no sample after its rollout's first step at "
+                f"{ts(unix(first_step)):%H:%M}, but nothing calls {service} since {ts(called):%H:%M} "
+                f"({', '.join(versions)}'s calls stop too): its silence says nothing of the release"
+            )
+            return VersionsData(**base, verdict="unknown", reason=reason)
         if silent_min >= UNSEEN_AFTER_MIN:
             reason = (
                 f"{rollout.to_version} reports no sample {silent_min:.0f} min after its rollout's first step at "
@@ -213,6 +237,67 @@ def _nothing_to_compare(
     if rollout is not None and rollout.to_version and versions:
         reason += f"; its rollout moves {rollout.from_version} -> {rollout.to_version}, which no series names"
     return VersionsData(service=service, change_id=change_id, reason=reason, notes=notes)
+
+
+def caller_names(series: Sequence[MetricSeries], service: str) -> set[str]:
+    """The components whose calls into the service its series record."""
+    return {s.labels["caller"] for s in series if s.labels.get("callee") == service and s.labels.get("caller")}
+
+
+#: A caller that stayed well for this many samples while the new version served was not failed by it.
+CLEAN_SAMPLES = 2
+
+
+def failing_since(calls: Sequence[MetricSeries], *, service: str, since: float, end: float) -> tuple[str, str] | None:
+    """The first caller of the service (by name) that began failing as the new version began to serve
+    while none of its own calls failed, with what its figure did; None when there is none. ``calls``:
+    the error figures of the calls into and out of the service's callers. A caller fails when the
+    calls into it do: every sample before ``since`` well, fewer than CLEAN_SAMPLES well after, the rest
+    worse than every sample before by at least the metric's smallest effect. One whose calls to another
+    callee fail has its failure explained by that callee (its own figures show it), not by an answer
+    that was wrong."""
+    callers = sorted(
+        {s.labels["caller"] for s in calls if s.labels.get("callee") == service and s.labels.get("caller")}
+    )
+    for caller in callers:
+        into = [s for s in calls if s.labels.get("callee") == caller]
+        out = [s for s in calls if s.labels.get("caller") == caller and s.labels.get("callee") != service]
+        moved = next((m for s in sorted(into, key=_order) if (m := _began_failing(s, since, end, strict=True))), None)
+        if moved and not any(_began_failing(s, since, end, strict=False) for s in out):
+            return caller, moved
+    return None
+
+
+def _order(s: MetricSeries) -> tuple[str, list[tuple[str, str]]]:
+    return s.name, sorted(s.labels.items())
+
+
+def _began_failing(s: MetricSeries, since: float, end: float, *, strict: bool) -> str | None:
+    """What an error figure did, where it began failing at ``since`` (strict: and kept failing,
+    fewer than CLEAN_SAMPLES well after it; else: any sample after it worse)."""
+    way = bad_way(s.name)
+    if meaning_of(s.name) != "errors" or way == "any":
+        return None
+    sign = 1.0 if way == "up" else -1.0
+    before = [sign * v for t, v in s.samples if t < since]
+    after = [sign * v for t, v in s.samples if since <= t <= end]
+    if len(before) < MIN_SAMPLES or not after:
+        return None
+    floor = min_effect(SignalDef(query=s.name, unit=unit_of(s.name)))
+    worst = max(before)
+    bad = [v for v in after if v >= worst + floor]
+    if strict and not (len(after) - len(bad) < CLEAN_SAMPLES and median(after) >= worst + floor):
+        return None
+    if not bad:
+        return None
+    return f"{s.name} {sign * median(before):g} -> {sign * median(after):g}"
+
+
+def _called_until(labelled: list[tuple[MetricSeries, str]]) -> float | None:
+    """The last minute any of the service's pods reported a call into it (an edge series: its callers'
+    calls as the service saw them); None where no series of the service is per call edge."""
+    calls = [t for s, _ in labelled if s.labels.get("caller") for t, _ in s.samples]
+    return max(calls) if calls else None
 
 
 def _pods(labelled: list[tuple[MetricSeries, str]], rollout: ChangeRecord | None) -> dict[str, list[str]]:

@@ -34,7 +34,7 @@ from opsagent.analysis.series import (
 )
 from opsagent.analysis.spans import neighbours, span_times, trace_summary
 from opsagent.analysis.steps import step_shortfalls
-from opsagent.analysis.versions import compare_versions, pod_of
+from opsagent.analysis.versions import caller_names, compare_versions, pod_of
 from opsagent.calls import report_partial
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import SourceError
@@ -127,7 +127,18 @@ class LiveMetrics:
         answers = await asyncio.gather(*(self.reader.series(query=q, start=start, end=end) for q in queries))
         unique = {(s.name, tuple(sorted(s.labels.items()))): s for found in answers for s in found}
         mine = [s for s in unique.values() if component_of(s.labels, {service}) == service or pod_of(s.labels) in pods]
-        return compare_versions(mine, service=service, incident=incident, rollout=rollout)
+        # The calls into and out of its callers: a release that answers wrongly fails them, not itself.
+        callers = "|".join(sorted(caller_names(mine, service)))  # service names are DNS labels, like pods
+        calls: list[MetricSeries] = []
+        if callers:
+            found = await asyncio.gather(
+                *(
+                    self.reader.series(query=f'{{{side}=~"{callers}"}}', start=start, end=end)
+                    for side in ("callee", "caller")
+                )
+            )
+            calls = list({(s.name, tuple(sorted(s.labels.items()))): s for part in found for s in part}.values())
+        return compare_versions(mine, service=service, incident=incident, rollout=rollout, callers=calls)
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         start, end = metrics_range(incident)

@@ -30,7 +30,7 @@ from opsagent.analysis.series import (
 )
 from opsagent.analysis.spans import SpanTimes, span_times, trace_edges, trace_summary
 from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
-from opsagent.analysis.versions import compare_versions, pod_of
+from opsagent.analysis.versions import caller_names, compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
 from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, SignalDef
@@ -150,7 +150,11 @@ class ReplayMetrics:
         mine = [
             series for series, component, _ in self._series if component == service or pod_of(series.labels) in known
         ]
-        return compare_versions(mine, service=service, incident=incident, rollout=rollout)
+        callers = caller_names(mine, service)
+        calls = [
+            s for s, _, _ in self._series if s.labels.get("callee") in callers or s.labels.get("caller") in callers
+        ]
+        return compare_versions(mine, service=service, incident=incident, rollout=rollout, callers=calls)
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         out = []
