@@ -369,6 +369,14 @@ def test_a_dependency_with_nobody_to_answer_is_not_an_error_of_the_callers_own_m
     line = "could not retrieve cart: rpc error: code = Unavailable desc = no healthy upstream"
     assert "unavailable" in families_of(line) and "unavailable" in NOT_OWN_FAMILIES
     assert "unavailable" not in families_of("the item is unavailable in this region")
+    # a client-side load balancer whose service discovery lists no instance of the callee
+    for said in (
+        "Request processing failed; nested exception is java.lang.IllegalStateException: "
+        "No instances available for seat",
+        "com.netflix.client.ClientException: Load balancer does not have available server for client: cart",
+    ):
+        assert "unavailable" in families_of(said), said
+    assert "unavailable" not in families_of("No stock available for item 42")
 
 
 # ---------------------------------------------------------------- steps that vanished

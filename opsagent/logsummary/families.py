@@ -14,8 +14,10 @@ FAMILIES: dict[str, re.Pattern[str]] = {
     for name, pattern in {
         "timeout": r"timed?[ -]?out|deadline exceeded|SocketTimeout",
         "refused": r"refused|ECONNREFUSED",
-        # a dependency that has nobody to answer: gRPC's Unavailable, a proxy with no healthy upstream
-        "unavailable": r"code = Unavailable|no healthy upstream|upstream connect error|service unavailable",
+        # a dependency that has nobody to answer: gRPC's Unavailable, a proxy with no healthy upstream, a
+        # client-side load balancer whose service discovery lists no instance of the callee
+        "unavailable": r"code = Unavailable|no healthy upstream|upstream connect error|service unavailable"
+        r"|no instances? available for|does not have available server",
         "reset": r"connection reset|ECONNRESET|broken pipe",
         "oom": r"out ?of ?memory|OutOfMemoryError|OOMKilled|oom[-_ ]kill",
         "exception": r"exception|traceback|panic:|\n\s+at |stack ?trace",
@@ -61,7 +63,14 @@ _SPECIFIC = frozenset(
 _HINTS: dict[str, tuple[str, ...]] = {
     "timeout": ("timeout", "time out", "time-out", "timedout", "timed out", "timed-out", "deadline exceeded"),
     "refused": ("refused",),
-    "unavailable": ("unavailable", "no healthy upstream", "upstream connect error"),
+    "unavailable": (
+        "unavailable",
+        "no healthy upstream",
+        "upstream connect error",
+        "no instance available",
+        "no instances available",
+        "does not have available server",
+    ),
     "reset": ("connection reset", "econnreset", "broken pipe"),
     "oom": ("out of memory", "outof memory", "out ofmemory", "outofmemory", "oom"),
     "exception": ("exception", "traceback", "panic:", "\n", "stack"),
