@@ -39,7 +39,7 @@ from collections.abc import Iterable
 
 from opsagent import kubestate, mechanisms, ranking
 from opsagent.analysis.changes import last_move_before
-from opsagent.analysis.edges import links_of, metric_of, slow_paths
+from opsagent.analysis.edges import failing_between, links_of, metric_of, slow_paths
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
@@ -186,8 +186,11 @@ def _one(obs: Observation, s: SeriesStats) -> Observation:
 def _metric_features(
     profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident, changed: frozenset[str]
 ) -> None:
+    between = {(e.caller, e.callee, metric_of(e.client)) for e in failing_between(data)}
     for s in data.stats:
         ctx = Context(incident=incident, service=s.component)
+        if s.side == "client" and (s.caller, s.component, metric_of(s)) in between and ranking.on("path_failing"):
+            continue  # calls the callee served: they failed at the caller's end or on the wire
         if s.direction not in ("up", "down"):
             at_limit = s.limit_fraction is not None and evaluate(AT_LIMIT, _one(obs, s), ctx).met
             if at_limit and s.scope != "node":

@@ -42,6 +42,7 @@ RULES: dict[str, str] = {
     "path_slow": "calls slow between the two ends of an edge put the delay on the links of a component",
     "spike_free": "one spike among a handful of normal samples is not a series' spread",
     "brief": "one sample's excursion after onset, no farther than the series went before onset, is not a shift",
+    "path_failing": "calls a caller saw fail while the callee served them fail at the caller's end, not the callee's",
     "failures_first": "a component's own failures weigh more than a shift in how fast it is",
     "discovery": "metric names the catalog has never seen map to its signals by convention",
     "mechanisms": "fault mechanisms (capacity used, calls into a component slowed) judged against the "

@@ -105,3 +105,44 @@ def test_a_slow_link_whose_other_end_was_just_rolled_out_is_that_rollouts_doing(
     # A rollout of payment itself leaves the link on payment.
     own = changes.model_copy(update={"data": ChangesData(changes=[rollout.model_copy(update={"service": "payment"})])})
     assert "net:path_slow" in profiles_from([links, own], incident)["payment"].features
+
+
+def _success(caller: str, callee: str, side: str, level: float) -> SeriesStats:
+    fell = level < 99.0
+    return _edge(caller, callee, side, 1.0).model_copy(
+        update={
+            "signal": "availability",
+            "query": f'edge_success_rate_percent{{caller="{caller}", callee="{callee}", side="{side}"}}',
+            "unit": "percent",
+            "baseline_mean": 100.0,
+            "baseline_std": 0.5,
+            "window_mean": level,
+            "window_max": 100.0,
+            "mean_ratio": level / 100.0,
+            "peak_ratio": 1.0,
+            "z_score": -20.0 if fell else 0.0,
+            "direction": "down" if fell else "flat",
+        }
+    )
+
+
+def test_calls_the_callee_served_that_failed_at_the_callers_end_are_not_the_callees_failure() -> None:
+    # checkout's calls to three callees failed as checkout saw them, while each callee, measuring the
+    # same calls, served every one (a client misconfigured by a config push, a wrong endpoint): the
+    # callees did not fail. Where the callee's own view fails too, the failure is the callee's.
+    onset = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    incident = open_incident(
+        Alert.model_validate({"labels": {"alertname": "Errors", "service": "front"}, "startsAt": onset}),
+        window=TimeRange(start=onset - timedelta(minutes=30), end=onset + timedelta(minutes=5)),
+        baseline=TimeRange(start=onset - timedelta(minutes=30), end=onset - timedelta(minutes=10)),
+    )
+    stats = [
+        s
+        for callee in ("cart", "currency", "shipping")
+        for s in (_success("checkout", callee, "client", 90.0), _success("checkout", callee, "server", 100.0))
+    ]
+    stats += [_success("front", "ads", "client", 80.0), _success("front", "ads", "server", 80.0)]
+    profiles = profiles_from([_observed(MetricsData(stats=stats), "metrics.scan", SourceKind.metrics)], incident)
+    for callee in ("cart", "currency", "shipping"):
+        assert "signal:availability:down" not in profiles[callee].features, callee
+    assert "signal:availability:down" in profiles["ads"].features

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from opsagent.models import MetricsData, SeriesStats
+from opsagent.naming import bad_way, meaning_of
 
 #: A call edge is slow on the path when the caller sees it at least this many times slower than
 #: before while the callee's own view of the same calls moved by less than half as much.
@@ -52,6 +53,20 @@ def slow_paths(data: MetricsData) -> list[SlowEdge]:
             continue
         server_ratio = server.mean_ratio if server.direction == "up" and server.mean_ratio else 1.0
         if client.mean_ratio >= PATH_SLOW_RATIO and client.mean_ratio >= 2 * server_ratio:
+            out.append(SlowEdge(caller, callee, client, server))
+    return out
+
+
+def failing_between(data: MetricsData) -> list[SlowEdge]:
+    """Edges measured from both ends whose calls the caller saw fail while the callee, measuring the
+    same calls, saw none fail: the failure is in the caller's client or on the wire, not the callee's."""
+    out = []
+    for (caller, callee, metric), pair in sorted(measured_edges(data).items()):
+        client, server = pair.get("client"), pair.get("server")
+        way = bad_way(metric)
+        if client is None or server is None or meaning_of(metric) != "errors" or way == "any":
+            continue
+        if client.direction == way and server.direction == "flat":
             out.append(SlowEdge(caller, callee, client, server))
     return out
 
