@@ -13,6 +13,8 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 * ``load:<metric>:up|down`` how much work an unlisted volume metric (bytes, calls) says it was given;
 * ``net:path_slow`` calls to or from the component got slower as their callers see them while the
   callees' own view did not: the time is lost between them (a network delay on the component's links);
+* ``net:path_failing`` its calls to several callees failed as it saw them while each callee served them
+  all: they fail at its end (its client, a configuration pushed to it);
 * ``trace:self_time_up``, ``trace:errors_up``, ``trace:fanout_up``, ``trace:waiting``;
 * ``change:<kind>`` a change to the component just before onset (weighing less the longer before onset
   it last moved); ``version:worse`` its rollout's new version's pods fail more or are slower than the
@@ -39,7 +41,7 @@ from collections.abc import Iterable
 
 from opsagent import kubestate, mechanisms, ranking
 from opsagent.analysis.changes import last_move_before
-from opsagent.analysis.edges import failing_between, links_of, metric_of, slow_paths
+from opsagent.analysis.edges import SlowEdge, failing_between, links_of, metric_of, slow_paths
 from opsagent.fixtures import Edge
 from opsagent.logsummary import FAMILIES, families_of
 from opsagent.models import (
@@ -216,6 +218,29 @@ def _metric_features(
         if s.limit_fraction is not None and evaluate(AT_LIMIT, single, ctx).met:
             profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
     _path_features(profiles, obs, data, incident, changed)
+    _failing_end_features(profiles, obs, data)
+
+
+#: A caller whose calls to at least this many callees failed at its own end (each callee served them)
+#: is where they fail: one such link could be the wire to that callee.
+FAILING_END_LINKS = 2
+
+
+def _failing_end_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData) -> None:
+    """A caller whose calls to several callees failed at its own end while each callee served them
+    all: its client fails them (a configuration pushed to it, new code calling a wrong endpoint)."""
+    if not ranking.on("path_failing"):
+        return
+    by_caller: dict[str, list[SlowEdge]] = defaultdict(list)
+    for e in failing_between(data):
+        by_caller[e.caller].append(e)
+    for caller, edges in sorted(by_caller.items()):
+        callees = sorted({e.callee for e in edges})
+        if len(callees) < FAILING_END_LINKS:
+            continue
+        loudest = max(ranking.metric_weight(moved_ratio(e.client)) for e in edges)
+        why = f"its calls to {', '.join(callees)} failed at its end while each callee served them all"
+        profiles[caller].add("net:path_failing", loudest, obs, why)
 
 
 def _path_features(

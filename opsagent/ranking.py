@@ -220,6 +220,7 @@ FAILURES = (
     "log:new_error",
     "log:new_own_error",
     "log:new:",
+    "net:path_failing",
 )
 #: A component's own failures (its success rate down, its errors up) weigh this many times a shift
 #: in how it performs: failing is what the component says of itself; slowness may be inherited.
@@ -255,6 +256,7 @@ def own_score(features: Mapping[str, float], *, called: bool = False) -> float:
     score = (metric[0] + NEXT_METRICS * sum(metric[1:4])) if metric else 0.0
     # Calls to and from it slow between the ends: measured on its links, as strong as its own metrics.
     score += features.get("net:path_slow", 0.0)
+    score += features.get("net:path_failing", 0.0) * failing
     score += features.get("trace:self_time_up", 0.0) * SELF_TIME_FACTOR + features.get("trace:errors_up", 0.0)
     score += min(sum(v for k, v in sorted(features.items()) if k.startswith("log:")), LOG_CAP)
     score += features.get("version:worse", 0.0) + features.get("version:unseen", 0.0)

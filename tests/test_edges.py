@@ -146,3 +146,9 @@ def test_calls_the_callee_served_that_failed_at_the_callers_end_are_not_the_call
     for callee in ("cart", "currency", "shipping"):
         assert "signal:availability:down" not in profiles[callee].features, callee
     assert "signal:availability:down" in profiles["ads"].features
+    # the caller whose calls to all three failed at its end is where they fail; one such link could be
+    # the wire to that one callee
+    assert "net:path_failing" in profiles["checkout"].features and "net:path_failing" not in profiles["front"].features
+    one = [s for s in stats if '"cart"' in s.query]
+    alone = profiles_from([_observed(MetricsData(stats=one), "metrics.scan", SourceKind.metrics)], incident)
+    assert "net:path_failing" not in alone["checkout"].features
