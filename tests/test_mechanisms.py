@@ -540,6 +540,24 @@ def test_a_step_that_no_longer_follows_its_predecessor_is_found_in_the_component
     assert "web" not in found
 
 
+def test_a_call_recorded_by_the_callers_own_client_span_is_still_a_call_to_another_component() -> None:
+    # OpenTelemetry's clients record each call as a span of the caller, under which the callee's server
+    # span hangs: what follows that step in the caller is the callee's answer, not the caller's code.
+    spans, lines = _steps_incident()
+    with_clients: list[Span] = []
+    for s in spans:
+        if s.service == "pricing" and s.parent_id and s.parent_id.endswith("-web"):
+            client = s.model_copy(
+                update={"span_id": f"{s.span_id}-client", "service": "web", "operation": "pricing.Quote/Get"}
+            )
+            with_clients += [client, s.model_copy(update={"parent_id": client.span_id})]
+        else:
+            with_clients.append(s)
+    found = {s.component: s for s in step_shortfalls(with_clients, lines, incident=_incident())}
+    assert found["pricing"].z > 3
+    assert "web" not in found or found["web"].z < 1, found.get("web")
+
+
 def test_steps_found_hold_for_clocks_in_another_zone_spans_without_status_and_a_baseline_without_traces() -> None:
     from datetime import timezone
 

@@ -257,6 +257,22 @@ def _transitions(
     return counted_pairs
 
 
+def _client_calls(spans: Sequence[Span]) -> dict[str, set[str]]:
+    """Per component, its call steps that are client spans of a call to another component: a span of
+    the component, under one of its own, whose child is served elsewhere (an instrumented client, as
+    OpenTelemetry's gRPC and HTTP clients record each call). What follows such a step is the other
+    component's answer, as for a call recorded by the callee's span alone."""
+    service_of = {s.span_id: s.service for s in spans}
+    served_elsewhere = {
+        s.parent_id for s in spans if s.parent_id and service_of.get(s.parent_id, s.service) != s.service
+    }
+    out: dict[str, set[str]] = defaultdict(set)
+    for s in spans:
+        if s.span_id in served_elsewhere and s.parent_id and service_of.get(s.parent_id) == s.service:
+            out[s.service].add(f"calls {s.service} {s.operation}")
+    return out
+
+
 def _calls_another(step: str, service: str) -> bool:
     """Whether the step is a call to another component: what follows it is that component's answer (an
     error it returned cuts the caller's request short), not the caller's code."""
@@ -339,7 +355,9 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
         p: defaultdict(Counter) for p in ("baseline", "pre", "after")
     }
     seen: dict[str, dict[str, Counter[str]]] = {p: defaultdict(Counter) for p in ("baseline", "pre", "after")}
+    spans = spans if isinstance(spans, list) else list(spans)
     counted = _transitions(spans, lines, onset=onset, window=(w0, w1), baseline=(b0, b1))
+    client = _client_calls(spans)
     for (period, service, a, b), n in counted.items():
         pairs[period][service][(a, b)] += n
         seen[period][service][a] += n
@@ -348,7 +366,7 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
         after_seen, after_pairs = seen["after"][service], pairs["after"][service]
         best: StepShortfall | None = None
         for step in sorted(after_seen):
-            if _calls_another(step, service):
+            if _calls_another(step, service) or step in client.get(service, ()):
                 continue
             period = "baseline" if seen["baseline"][service][step] >= MIN_STEPS else "pre"
             n1, n2 = seen[period][service][step], after_seen[step]
