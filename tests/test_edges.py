@@ -63,6 +63,14 @@ def test_calls_slow_only_between_the_ends_put_the_delay_on_the_links() -> None:
     assert cart.measured == 2 and cart.share == 1.0
 
 
+def test_a_callee_whose_own_view_rose_as_much_is_not_slow_between_the_ends_even_when_judged_noise() -> None:
+    # The callee's own view rose x2.1 but its noise kept the rise from counting as a shift: the
+    # caller's x2.4 is still the callee's doing, not time lost on the wire.
+    server = _edge("front", "cart", "server", 2.1).model_copy(update={"direction": "flat"})
+    data = MetricsData(stats=[_edge("front", "cart", "client", 2.4), server])
+    assert slow_paths(data) == []
+
+
 def test_the_caller_of_one_slow_link_is_not_where_the_delay_sits() -> None:
     front = links_of(NETWORK, "front")
     assert front.measured == 3 and front.share < 0.5

@@ -51,7 +51,9 @@ def slow_paths(data: MetricsData) -> list[SlowEdge]:
         client, server = pair.get("client"), pair.get("server")
         if client is None or server is None or client.direction != "up" or client.mean_ratio is None:
             continue
-        server_ratio = server.mean_ratio if server.direction == "up" and server.mean_ratio else 1.0
+        # How far the callee's own view moved, judged significant or not: a rise as large at the callee
+        # is the callee's, whatever its noise made of it.
+        server_ratio = max(server.mean_ratio or 1.0, 1.0)
         if client.mean_ratio >= PATH_SLOW_RATIO and client.mean_ratio >= 2 * server_ratio:
             out.append(SlowEdge(caller, callee, client, server))
     return out
