@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -382,3 +382,79 @@ def test_an_answer_of_200_mb_is_stopped_at_the_size_cap() -> None:
         asyncio.run(_reader(url).series(query="up", start=0, end=600))
     assert caught.value.source == "metrics:test" and "passed 33,554,432 bytes" in str(caught.value)
     assert handler.sent < 200 * (1 << 20)  # the client hung up long before the end
+
+
+def test_live_version_comparison_asks_the_callers_calls_as_the_replay_does(
+    rollout_recording: Recording, tmp_path: Path
+) -> None:
+    # A clean new version of payment-service while order-service, which calls it, fails every request
+    # from the minute the new version serves: the live source must fetch the calls into and out of
+    # order-service (two selector queries) and reach the replay's verdict.
+    from opsagent.analysis.changes import change_records
+    from opsagent.fixtures import MetricSeries, unix
+
+    incident = _incident(rollout_recording)
+    (rollout,) = [
+        c
+        for c in change_records(rollout_recording.changes, incident=incident, service=None, before_min=60).changes
+        if c.service == "payment-service"
+    ]
+    start, end = int(unix(rollout_recording.window.start)), int(unix(rollout_recording.window.end))
+    serving = int(unix(rollout.steps[0].ts)) + 60
+    minutes = range(start, end, 60)
+
+    def series(labels: dict[str, str], value: Callable[[int], float], since: int = start) -> MetricSeries:
+        return MetricSeries.model_validate(
+            {
+                "labels": {"__name__": "edge_success_rate_percent", **labels},
+                "samples": [[t, value(t)] for t in minutes if t >= since],
+            }
+        )
+
+    pods = {v: names for v, names in rollout.pods.items()}
+    new_pod = pods[rollout.to_version][0]
+    metrics = [
+        series(
+            {
+                "caller": "order-service",
+                "callee": "payment-service",
+                "side": "destination",
+                "pod": p,
+                "service": "payment-service",
+            },
+            lambda t: 100.0,
+        )
+        for p in pods[rollout.from_version]
+    ]
+    metrics.append(
+        series(
+            {
+                "caller": "order-service",
+                "callee": "payment-service",
+                "side": "destination",
+                "pod": new_pod,
+                "service": "payment-service",
+            },
+            lambda t: 100.0,
+            since=serving,
+        )
+    )
+    metrics.append(
+        series(
+            {"caller": "api-gateway", "callee": "order-service", "side": "destination"},
+            lambda t: 100.0 if t < serving else 20.0,
+        )
+    )
+    metrics.append(
+        series({"caller": "order-service", "callee": "user-service", "side": "destination"}, lambda t: 100.0)
+    )
+    recording = rollout_recording.model_copy(update={"metrics": metrics, "signals": {}})
+    catalog = default_catalog()
+    replay = replay_sources(recording, catalog).metrics
+    assert replay is not None
+    want = asyncio.run(replay.versions(incident=incident, service="payment-service", rollout=rollout))
+    assert want.verdict == "unknown" and "order-service, which calls payment-service, began failing" in want.reason
+    with prometheus(recording, tmp_path) as srv:
+        live = LiveMetrics(_reader(srv.url), catalog=catalog)
+        got = asyncio.run(live.versions(incident=incident, service="payment-service", rollout=rollout))
+    assert got == want
