@@ -13,6 +13,7 @@ from opsagent.models import (
     Alert,
     ChangeRecord,
     ChangesData,
+    Incident,
     MetricsData,
     Observation,
     SeriesStats,
@@ -81,6 +82,18 @@ def test_a_callee_slow_in_its_own_view_is_not_a_network_fault() -> None:
     assert all(e.callee != "checkout" for e in slow_paths(NETWORK))
 
 
+ONSET = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _front_incident(alertname: str) -> Incident:
+    """An alert on the front service at ONSET, half an hour of window before it."""
+    return open_incident(
+        Alert.model_validate({"labels": {"alertname": alertname, "service": "front"}, "startsAt": ONSET}),
+        window=TimeRange(start=ONSET - timedelta(minutes=30), end=ONSET + timedelta(minutes=5)),
+        baseline=TimeRange(start=ONSET - timedelta(minutes=30), end=ONSET - timedelta(minutes=10)),
+    )
+
+
 def _observed(data: MetricsData | ChangesData, tool: str, source: SourceKind) -> Observation:
     return Observation(id=f"{tool}-1", action=Action(tool=tool), source=source, data=data, text="", tokens=1)
 
@@ -89,12 +102,8 @@ def test_a_slow_link_whose_other_end_was_just_rolled_out_is_that_rollouts_doing(
     # checkout calls payment (its only caller): the link slowed between the ends. Without a change, the
     # delay is placed on payment's links; with checkout rolled out a minute before onset, new code at the
     # calling end (a call to the wrong endpoint, a new timeout) came first, and payment is not blamed.
-    onset = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-    incident = open_incident(
-        Alert.model_validate({"labels": {"alertname": "Slow", "service": "front"}, "startsAt": onset}),
-        window=TimeRange(start=onset - timedelta(minutes=30), end=onset + timedelta(minutes=5)),
-        baseline=TimeRange(start=onset - timedelta(minutes=30), end=onset - timedelta(minutes=10)),
-    )
+    onset = ONSET
+    incident = _front_incident("Slow")
     links = _observed(MetricsData(stats=_both("checkout", "payment", 25.0, 1.0)), "metrics.scan", SourceKind.metrics)
     rollout = ChangeRecord(
         id="rollout-checkout-v2",
@@ -138,12 +147,7 @@ def test_calls_the_callee_served_that_failed_at_the_callers_end_are_not_the_call
     # checkout's calls to three callees failed as checkout saw them, while each callee, measuring the
     # same calls, served every one (a client misconfigured by a config push, a wrong endpoint): the
     # callees did not fail. Where the callee's own view fails too, the failure is the callee's.
-    onset = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-    incident = open_incident(
-        Alert.model_validate({"labels": {"alertname": "Errors", "service": "front"}, "startsAt": onset}),
-        window=TimeRange(start=onset - timedelta(minutes=30), end=onset + timedelta(minutes=5)),
-        baseline=TimeRange(start=onset - timedelta(minutes=30), end=onset - timedelta(minutes=10)),
-    )
+    incident = _front_incident("Errors")
     stats = [
         s
         for callee in ("cart", "currency", "shipping")
