@@ -15,9 +15,10 @@ engineer's ``feedback``), beside the lessons about refuted hypotheses of :mod:`o
   leading suspects in several incidents of an environment and less often on the cause is that
   environment's everyday noise: wherever it shows there, it counts less (at most half less).
 * ``overturned`` — a check whose refutation of a kind on a component the truth overturned (that
-  component was the cause, with that kind). Where the same check refutes the same kind on the same
-  component again, the refutation is not taken as settled: the verdict is reopened (inconclusive),
-  the refuting evidence stays in it, and the report says which lesson and which earlier incidents.
+  component was the cause, with that kind; in that release where it had one). Where the same check
+  refutes the same kind on the same component (in the same release) again, the refutation is not taken
+  as settled: the verdict is reopened (inconclusive), the refuting evidence stays in it, and the report
+  says which lesson and which earlier incidents.
 
 A lesson acts only in its own environment (most of the components it was learned among are
 components of this incident) and stops acting once it misled more often than it helped; every
@@ -203,7 +204,13 @@ def identity(lesson: Lesson) -> str:
     if lesson.teaches in ("noise", "telling"):
         return _id(lesson.teaches, lesson.trigger.alert or "", lesson.feature or "")
     if lesson.teaches == "overturned":
-        return _id("overturned", lesson.trigger.alert or "", lesson.component or "", lesson.feature or "")
+        return _id(
+            "overturned",
+            lesson.trigger.alert or "",
+            lesson.component or "",
+            lesson.feature or "",
+            *lesson.trigger.signals,
+        )
     return _id("usual", lesson.trigger.alert or "", lesson.component or "", lesson.feature or "")
 
 
@@ -334,15 +341,19 @@ def taught(
     out += release_lessons(situation, cause=cause, kind=kind, base=out[0])
     leading = [c for c in list(dict.fromkeys(suspects))[:LEARN_ABOVE] if c != cause]
     out += detector_lessons(situation, leading, cause=cause, kind=kind, base=out[0])
-    out += overturned_lessons(overturned or {}, cause=cause, kind=kind, base=out[0])
+    released = sorted(situation.releases.get(cause, {}))
+    out += overturned_lessons(overturned or {}, released, cause=cause, kind=kind, base=out[0])
     return [le.model_copy(update={"id": identity(le)}) for le in out]
 
 
-def overturned_lessons(refuted_by: Mapping[str, str], *, cause: str, kind: str, base: Lesson) -> list[Lesson]:
+def overturned_lessons(
+    refuted_by: Mapping[str, str], releases: Sequence[str], *, cause: str, kind: str, base: Lesson
+) -> list[Lesson]:
     """An ``overturned`` lesson for each check that refuted the cause's own kind on the cause (feature
-    ``kind/check``; ``refuted_by``: check -> the refuting observation). The truth overturned that
-    refutation: next time the same check refutes the same kind there, it is not taken as settled
-    (:meth:`EnvironmentMemory.reopen`). ``base``: the incident's culprit lesson (trigger, next action)."""
+    ``kind/check``; ``refuted_by``: check -> the refuting observation), naming the cause's new releases
+    (``releases``, in its signals as ``release:<replicaset>``). The truth overturned that refutation: next
+    time the same check refutes the same kind there (on the same release, where it names one), it is not
+    taken as settled (:meth:`EnvironmentMemory.reopen`). ``base``: the incident's culprit lesson."""
     return [
         base.model_copy(
             update={
@@ -352,7 +363,11 @@ def overturned_lessons(refuted_by: Mapping[str, str], *, cause: str, kind: str, 
                 "strength": None,
                 "services": [cause],
                 "trigger": base.trigger.model_copy(
-                    update={"condition": f"{check} refuted {kind} on {cause}, which was the cause", "signals": [check]}
+                    update={
+                        "condition": f"{check} refuted {kind} on {cause}, which was the cause"
+                        + (f" (release {', '.join(releases)})" if releases else ""),
+                        "signals": [check, *(f"{RELEASE}{rs}" for rs in releases)],
+                    }
                 ),
                 "refuting_evidence": [
                     Citation(observation_id=obs, value=f"{check} refuted {kind} on {cause} — yet {cause} was the cause")
@@ -750,18 +765,27 @@ class EnvironmentMemory:
         return out, effects
 
     def reopen(
-        self, results: Sequence[HypothesisResult], components: Iterable[str]
+        self,
+        results: Sequence[HypothesisResult],
+        components: Iterable[str],
+        *,
+        releases: Mapping[str, Mapping[str, str]] | None = None,
     ) -> tuple[list[HypothesisResult], list[LessonEffect]]:
         """Results with each refutation the history overturned reopened: a hypothesis refuted only by
         checks that refuted the same kind on the same component in an earlier incident where it was the
-        cause (an ``overturned`` lesson per check) becomes inconclusive, its refuting evidence kept and its
+        cause (an ``overturned`` lesson per check; one that names releases, only where one of them is out
+        again: ``releases``, :func:`releases_of`) becomes inconclusive, its refuting evidence kept and its
         reason saying which lesson and which incidents. A refutation by any other check stands. The judge's
-        rule is not changed; what a check's refutation is worth in this environment is."""
-        overturned = {
-            (le.component, le.feature): le
-            for le in sorted(self.here(components), key=lambda le: le.id)
-            if le.teaches == "overturned"
-        }
+        rule is not changed; what a check's refutation is worth in this environment is.
+
+        Measured: without the release, a release that was innocent (another build of the same service)
+        had its refutation reopened too."""
+        out_now = {c: set(r) for c, r in (releases or {}).items()}
+        overturned: dict[tuple[str | None, str | None], Lesson] = {}
+        for le in sorted(self.here(components), key=lambda le: le.id):
+            named = {s[len(RELEASE) :] for s in le.trigger.signals if s.startswith(RELEASE)}
+            if le.teaches == "overturned" and (not named or named & out_now.get(le.component or "", set())):
+                overturned.setdefault((le.component, le.feature), le)
         if not overturned:
             return list(results), []
         out, effects = [], []

@@ -242,7 +242,9 @@ def conclude(
     reopened: list[LessonEffect] = []
     if toolbox.environment is not None:  # a refutation the truth overturned here before is not settled
         results, reopened = toolbox.environment.reopen(
-            outcome.results, [c.component for c in outcome.triage.components]
+            outcome.results,
+            [c.component for c in outcome.triage.components],
+            releases=releases_of(toolbox.observations.values()),
         )
         outcome = replace(outcome, results=results)
     ranked = ranking.suspects(

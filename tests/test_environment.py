@@ -485,12 +485,15 @@ def verified(component: str, kind: str, status: str, checks: tuple[str, ...]) ->
     return HypothesisResult(hypothesis=hypothesis, steps=[], verdict=verdict, stop_reason=StopReason.refuted)
 
 
-def overturned_by(times: int, *, check: str = "new_version", cause: str = "db") -> list[Lesson]:
-    """What ``times`` incidents taught where ``check`` refuted a bad release of ``cause``, which was the cause."""
+def overturned_by(
+    times: int, *, check: str = "new_version", cause: str = "db", releases: dict[str, str] | None = None
+) -> list[Lesson]:
+    """What ``times`` incidents taught where ``check`` refuted a bad release of ``cause`` (``releases``: its
+    ReplicaSets, with the observation naming each), which was the cause."""
     memory = InMemoryLessons()
     for n in range(times):
         for le in taught(
-            situation(),
+            situation().model_copy(update={"releases": {cause: releases or {}}}),
             ["cart", "db", "api"],
             cause=cause,
             kind="deploy_regression",
@@ -583,3 +586,31 @@ def test_a_suspect_whose_refutation_was_reopened_names_that_kind_in_its_place_un
     assert named[0].why.startswith("reopened deploy_regression on db") and effects[0].lesson_id in named[0].why
     proven = [suspects[0].model_copy(update={"status": "confirmed"})]
     assert named_as_reopened(proven, effects) == proven  # what this incident proved stands
+
+
+def test_an_overturned_refutation_of_a_release_is_reopened_only_where_that_release_is_out_again() -> None:
+    lessons = overturned_by(1, releases={"db-5c4b8f7d9a": "c-1"})
+    (lesson,) = [le for le in lessons if le.teaches == "overturned"]
+    assert "release:db-5c4b8f7d9a" in lesson.trigger.signals and "release db-5c4b8f7d9a" in lesson.trigger.condition
+    memory = EnvironmentMemory.of(lessons, incident())
+    again = [verified("db", "deploy_regression", "refuted", ("new_version",))]
+    (reopened,), _ = memory.reopen(again, SYSTEM, releases={"db": {"db-5c4b8f7d9a": "c-2"}})
+    assert reopened.verdict.status == "inconclusive"
+    # another build of the same service, or none: the refutation stands
+    assert memory.reopen(again, SYSTEM, releases={"db": {"db-7d9f8c6b5": "c-2"}}) == (again, [])
+    assert memory.reopen(again, SYSTEM) == (again, [])
+
+
+def test_an_investigation_reopens_an_overturned_refutation_shows_it_and_keeps_what_it_proved() -> None:
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    refuted = next(r for r in report.results if r.verdict.status == "refuted")
+    component, kind = refuted.hypothesis.component, refuted.hypothesis.kind
+    checks = PlaybookReasoner(load_default_playbooks()).first_checks()
+    # a team's verdict: that refuted kind was the cause after all
+    lessons = about_environment(report, component, kind, NOW, first_checks=checks)
+    again, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, lessons=lessons))
+    reopened = next(r for r in again.results if r.hypothesis.id == refuted.hypothesis.id)
+    assert reopened.verdict.status == "inconclusive" and reopened.verdict.refuting == refuted.verdict.refuting
+    (use,) = [u for u in again.lessons_used if any(e.startswith("reopened") for e in u.effects)]
+    assert use.acted and use.raised == [component]
+    assert again.suspects[0] == report.suspects[0]  # what this incident proved stands, in its place and kind
