@@ -14,6 +14,11 @@ engineer's ``feedback``), beside the lessons about refuted hypotheses of :mod:`o
   on an innocent leading suspect, and one the cause showed. A detector that showed on innocent
   leading suspects in several incidents of an environment and less often on the cause is that
   environment's everyday noise: wherever it shows there, it counts less (at most half less).
+* ``overturned`` — a check whose refutation of a kind on a component the truth overturned (that
+  component was the cause, with that kind; in that release where it had one). Where the same check
+  refutes the same kind on the same component (in the same release) again, the refutation is not taken
+  as settled: the verdict is reopened (inconclusive), the refuting evidence stays in it, and the report
+  says which lesson and which earlier incidents.
 
 A lesson acts only in its own environment (most of the components it was learned among are
 components of this incident) and stops acting once it misled more often than it helped; every
@@ -34,6 +39,7 @@ from opsagent.models import (
     ChangeRecord,
     ChangesData,
     Citation,
+    HypothesisResult,
     Incident,
     KubernetesData,
     Lesson,
@@ -42,6 +48,7 @@ from opsagent.models import (
     LessonUse,
     Observation,
     Situation,
+    Suspect,
     VersionsData,
 )
 from opsagent.ranking import CHANGE_FEATURES
@@ -196,6 +203,14 @@ def identity(lesson: Lesson) -> str:
         return _id("culprit", lesson.trigger.alert or "", lesson.component or "")
     if lesson.teaches in ("noise", "telling"):
         return _id(lesson.teaches, lesson.trigger.alert or "", lesson.feature or "")
+    if lesson.teaches == "overturned":
+        return _id(
+            "overturned",
+            lesson.trigger.alert or "",
+            lesson.component or "",
+            lesson.feature or "",
+            *lesson.trigger.signals,
+        )
     return _id("usual", lesson.trigger.alert or "", lesson.component or "", lesson.feature or "")
 
 
@@ -215,7 +230,11 @@ def problems(lesson: Lesson) -> list[str]:
         out.append(f"a {lesson.teaches} lesson names no alert (alertname@service)")
     if not lesson.environment:
         out.append(f"a {lesson.teaches} lesson names no environment (the components it was learned among)")
-    if lesson.teaches != "culprit" and (not lesson.feature or lesson.strength is None or lesson.strength < 0):
+    if lesson.teaches == "overturned" and "/" not in (lesson.feature or ""):
+        out.append("an overturned lesson needs the kind and the check whose refutation was overturned (kind/check)")
+    elif lesson.teaches in ("usual", "noise", "telling") and (
+        not lesson.feature or lesson.strength is None or lesson.strength < 0
+    ):
         out.append(f"a {lesson.teaches} lesson needs the feature and the strength (>= 0) it showed")
     return out
 
@@ -247,11 +266,13 @@ def taught(
     incident_id: str,
     now: datetime,
     remedy: Action,
+    overturned: Mapping[str, str] | None = None,
 ) -> list[Lesson]:
     """What an incident whose cause is known teaches its environment: the cause was ``cause`` (a
     culprit lesson), and the evidence of the innocent suspects ranked above it was usual there.
 
-    ``suspects``: the report's components in its order; ``remedy``: the call that proves the cause."""
+    ``suspects``: the report's components in its order; ``remedy``: the call that proves the cause;
+    ``overturned``: the checks that refuted ``kind`` on the cause here, each with its refuting observation."""
     trigger = LessonTrigger(symptom=situation.symptom, condition="", alert=situation.alert)
     order = {c: float(len(suspects) - n) for n, c in enumerate(dict.fromkeys(suspects))}
     seen = signature(order, situation.evidence) + sorted(
@@ -320,7 +341,41 @@ def taught(
     out += release_lessons(situation, cause=cause, kind=kind, base=out[0])
     leading = [c for c in list(dict.fromkeys(suspects))[:LEARN_ABOVE] if c != cause]
     out += detector_lessons(situation, leading, cause=cause, kind=kind, base=out[0])
+    released = sorted(situation.releases.get(cause, {}))
+    out += overturned_lessons(overturned or {}, released, cause=cause, kind=kind, base=out[0])
     return [le.model_copy(update={"id": identity(le)}) for le in out]
+
+
+def overturned_lessons(
+    refuted_by: Mapping[str, str], releases: Sequence[str], *, cause: str, kind: str, base: Lesson
+) -> list[Lesson]:
+    """An ``overturned`` lesson for each check that refuted the cause's own kind on the cause (feature
+    ``kind/check``; ``refuted_by``: check -> the refuting observation), naming the cause's new releases
+    (``releases``, in its signals as ``release:<replicaset>``). The truth overturned that refutation: next
+    time the same check refutes the same kind there (on the same release, where it names one), it is not
+    taken as settled (:meth:`EnvironmentMemory.reopen`). ``base``: the incident's culprit lesson."""
+    return [
+        base.model_copy(
+            update={
+                "teaches": "overturned",
+                "component": cause,
+                "feature": f"{kind}/{check}",
+                "strength": None,
+                "services": [cause],
+                "trigger": base.trigger.model_copy(
+                    update={
+                        "condition": f"{check} refuted {kind} on {cause}, which was the cause"
+                        + (f" (release {', '.join(releases)})" if releases else ""),
+                        "signals": [check, *(f"{RELEASE}{rs}" for rs in releases)],
+                    }
+                ),
+                "refuting_evidence": [
+                    Citation(observation_id=obs, value=f"{check} refuted {kind} on {cause} — yet {cause} was the cause")
+                ],
+            }
+        )
+        for check, obs in sorted(refuted_by.items())
+    ]
 
 
 def release_lessons(situation: Situation, *, cause: str, kind: str, base: Lesson) -> list[Lesson]:
@@ -408,6 +463,28 @@ def detector_lessons(
                 }
             )
         )
+    return out
+
+
+def named_as_reopened(suspects: Sequence[Suspect], reopened: Sequence[LessonEffect]) -> list[Suspect]:
+    """Each suspect not proven whose component had a refutation reopened (:meth:`EnvironmentMemory.reopen`)
+    names the reopened kind, saying why: its history showed that kind, the same check refuting it, when it
+    was the cause, while the kind it named has no such history (measured on a release the canary comparison
+    found no worse, which was the cause: a prior put its component first, under a latency kind). Its place
+    and score are unchanged: this names a kind, it moves no suspect."""
+    kinds: dict[str, LessonEffect] = {}
+    for effect in sorted(reopened, key=lambda e: (e.lesson_id, e.component)):
+        if effect.effect == "reopened" and effect.feature:
+            kinds.setdefault(effect.component, effect)
+    out = []
+    for s in suspects:
+        found = kinds.get(s.component)
+        if found is None or s.status in ("confirmed", "probable") or (found.feature or "").startswith(f"{s.kind}/"):
+            out.append(s)
+            continue
+        kind = (found.feature or "").split("/", 1)[0]
+        why = f"{found.why} (lesson {found.lesson_id})"
+        out.append(s.model_copy(update={"kind": kind, "status": "inconclusive", "why": why}))
     return out
 
 
@@ -687,6 +764,60 @@ class EnvironmentMemory:
             )
         return out, effects
 
+    def reopen(
+        self,
+        results: Sequence[HypothesisResult],
+        components: Iterable[str],
+        *,
+        releases: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> tuple[list[HypothesisResult], list[LessonEffect]]:
+        """Results with each refutation the history overturned reopened: a hypothesis refuted only by
+        checks that refuted the same kind on the same component in an earlier incident where it was the
+        cause (an ``overturned`` lesson per check; one that names releases, only where one of them is out
+        again: ``releases``, :func:`releases_of`) becomes inconclusive, its refuting evidence kept and its
+        reason saying which lesson and which incidents. A refutation by any other check stands. The judge's
+        rule is not changed; what a check's refutation is worth in this environment is.
+
+        Measured: without the release, a release that was innocent (another build of the same service)
+        had its refutation reopened too."""
+        out_now = {c: set(r) for c, r in (releases or {}).items()}
+        overturned: dict[tuple[str | None, str | None], Lesson] = {}
+        for le in sorted(self.here(components), key=lambda le: le.id):
+            named = {s[len(RELEASE) :] for s in le.trigger.signals if s.startswith(RELEASE)}
+            if le.teaches == "overturned" and (not named or named & out_now.get(le.component or "", set())):
+                overturned.setdefault((le.component, le.feature), le)
+        if not overturned:
+            return list(results), []
+        out, effects = [], []
+        for r in results:
+            h = r.hypothesis
+            checks = sorted({e.check or "" for e in r.verdict.refuting})
+            lessons = [overturned.get((h.component, f"{h.kind}/{check}")) for check in checks]
+            if r.verdict.status != "refuted" or not checks or any(le is None for le in lessons):
+                out.append(r)
+                continue
+            held = [le for le in lessons if le is not None]
+            seen = list(dict.fromkeys(i for le in held for i in [*le.seen_in, le.source_incident]))
+            why = (
+                f"reopened {h.kind} on {h.component}: {', '.join(checks)} refuted it, as it did in "
+                f"{len(seen)} earlier incident(s) where {h.component} was the cause ({', '.join(seen[-3:])})"
+            )
+            verdict = r.verdict.model_copy(update={"status": "inconclusive", "reason": f"{why}; {r.verdict.reason}"})
+            out.append(r.model_copy(update={"verdict": verdict}))
+            effects += [
+                LessonEffect(
+                    lesson_id=le.id,
+                    component=h.component,
+                    effect="reopened",
+                    feature=le.feature,
+                    before=h.score,
+                    after=h.score,
+                    why=why,
+                )
+                for le in held
+            ]
+        return out, effects
+
     def uses(self, effects: Sequence[LessonEffect]) -> list[LessonUse]:
         """Each environment lesson that acted, with what it did, for the report."""
         by_id = {le.id: le for le in self.lessons}
@@ -701,7 +832,8 @@ class EnvironmentMemory:
                     acted=any(e.effect != "held" for e in mine),
                     effects=[e.why for e in mine],
                     lowered=sorted({f"{e.component}/*" for e in mine if e.effect == "lowered"}),
-                    raised=sorted({e.component for e in mine if e.effect == "raised"}),
+                    # a reopened refutation lifts its component as a prior does, and is held to account alike
+                    raised=sorted({e.component for e in mine if e.effect in ("raised", "reopened")}),
                     refuted_kind=None,
                     source_incident=le.source_incident,
                     refutation=list(le.refuting_evidence),

@@ -190,8 +190,24 @@ def about_environment(
         incident_id=report.incident.id,
         now=now,
         remedy=remedy,
+        overturned=refuted_on_the_cause(report, cause, kind),
     )
     return [le for le in out if not problems(le)]
+
+
+def refuted_on_the_cause(report: Report, cause: str, kind: str) -> dict[str, str]:
+    """The checks that refuted the cause's own kind on the cause, each with its refuting observation:
+    refutations the truth overturned (also where an earlier overturned lesson reopened the verdict)."""
+    out: dict[str, str] = {}
+    for r in report.results:
+        if (r.hypothesis.component, r.hypothesis.kind) == (cause, kind) and r.verdict.status not in (
+            "confirmed",
+            "probable",
+        ):
+            for e in r.verdict.refuting:
+                if e.check:
+                    out.setdefault(e.check, e.observation_id)
+    return out
 
 
 def learn_environment(memory: LessonMemory, lessons: Sequence[Lesson], *, now: datetime) -> list[str]:

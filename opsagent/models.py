@@ -742,18 +742,21 @@ class Lesson(Frozen):
     times_misled: int = Field(
         default=0, description="investigations where the kind it lowered turned out to be the cause (truth, feedback)"
     )
-    teaches: Literal["refuted", "usual", "culprit", "noise", "telling"] = Field(
+    teaches: Literal["refuted", "usual", "culprit", "noise", "telling", "overturned"] = Field(
         default="refuted",
         description="refuted: a kind refuted under a trigger (ranks hypotheses); usual: evidence this environment "
         "shows on an innocent component (raises what counts as surprising there); culprit: a component that was "
         "the cause behind this alert (a prior on it); noise: a detector (feature) that showed on an innocent "
         "leading suspect, whichever component; telling: a detector the cause showed (noise and "
-        "telling together say how far a detector is this environment's everyday noise)",
+        "telling together say how far a detector is this environment's everyday noise); overturned: a check that "
+        "refuted a kind on the component that was the cause, with that kind (feature ``kind/check``)",
     )
     component: str | None = Field(
         default=None, description="the component a usual or culprit lesson is about (noise, telling: none)"
     )
-    feature: str | None = Field(default=None, description="usual, noise, telling: the triage feature (detector)")
+    feature: str | None = Field(
+        default=None, description="usual, noise, telling: the triage feature (detector); overturned: kind/check"
+    )
     strength: float | None = Field(
         default=None, description="usual, noise: the strongest it showed while innocent; telling: on the cause"
     )
@@ -1034,9 +1037,10 @@ class LessonEffect(Frozen):
 
     lesson_id: str
     component: str
-    effect: Literal["lowered", "raised", "held"] = Field(
+    effect: Literal["lowered", "raised", "held", "reopened"] = Field(
         description="held: it would have lowered the feature, but another lesson contradicts it; or raised the"
-        " component, but a broken object of this incident takes it down"
+        " component, but a broken object of this incident takes it down; reopened: a refutation by a check that"
+        " refuted the same kind on the same component when it was the cause is not taken as settled"
     )
     feature: str | None = Field(default=None, description="lowered, held: the feature it is about")
     before: float = Field(description="the feature's magnitude, or the component's score, before")

@@ -20,7 +20,7 @@ from opsagent import ranking
 from opsagent.analysis.changes import changes_in_flight
 from opsagent.catalog import SignalCatalog
 from opsagent.correlation import explain
-from opsagent.environment import EnvironmentMemory, releases_of, situation_of
+from opsagent.environment import EnvironmentMemory, named_as_reopened, releases_of, situation_of
 from opsagent.fixtures import Recording, Truth, load
 from opsagent.incident import open_incident
 from opsagent.lessons import Retrieved, retrieve
@@ -37,6 +37,7 @@ from opsagent.models import (
     HypothesisResult,
     Incident,
     Lesson,
+    LessonEffect,
     LessonUse,
     MetricsData,
     ModelRecord,
@@ -238,12 +239,21 @@ def conclude(
     lessons: list[Lesson],
 ) -> Report:
     outcome = disciplined(outcome)
+    reopened: list[LessonEffect] = []
+    if toolbox.environment is not None:  # a refutation the truth overturned here before is not settled
+        results, reopened = toolbox.environment.reopen(
+            outcome.results,
+            [c.component for c in outcome.triage.components],
+            releases=releases_of(toolbox.observations.values()),
+        )
+        outcome = replace(outcome, results=results)
     ranked = ranking.suspects(
         outcome.proposed,
         outcome.results,
         [(c.component, c.score, c.why) for c in outcome.triage.components],
         outcome.triage.graph,
     ) or ranking.where_the_alert_points(incident.services)
+    ranked = named_as_reopened(ranked, reopened)
     stopped = meter.exhausted(0) or next((r.stop_reason for r in outcome.results if r.stop_reason.budget), None)
     exhausted = meter.describe(stopped) if stopped is not None else None
     top = ranked[0] if ranked and ranked[0].status in ("confirmed", "probable") else None
@@ -307,7 +317,7 @@ def conclude(
         suspects=ranked,
         lessons=lessons,
         lessons_used=lesson_uses(outcome)
-        + (toolbox.environment.uses(outcome.triage.learned) if toolbox.environment else []),
+        + (toolbox.environment.uses([*outcome.triage.learned, *reopened]) if toolbox.environment else []),
         situation=situation_of(
             incident,
             [c.component for c in outcome.triage.components],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from opsagent import environment
-from opsagent.environment import EnvironmentMemory, contradictions, forgotten, taught
+from opsagent.environment import EnvironmentMemory, contradictions, forgotten, named_as_reopened, taught
 from opsagent.feedback import apply_feedback, keep_investigation
 from opsagent.kubestate import replicaset_of
 from opsagent.lessons import InMemoryLessons, about_environment, finalised, merge, misled_by, problems, retrieve
@@ -17,6 +17,9 @@ from opsagent.models import (
     Action,
     ChangeRecord,
     ChangesData,
+    Evidence,
+    Hypothesis,
+    HypothesisResult,
     Incident,
     KubeFinding,
     KubernetesData,
@@ -24,7 +27,10 @@ from opsagent.models import (
     Observation,
     Situation,
     SourceKind,
+    StopReason,
+    Suspect,
     Symptom,
+    Verdict,
     VersionsData,
 )
 from opsagent.pipeline import investigate_fixture
@@ -448,3 +454,163 @@ def test_a_release_that_was_the_cause_behind_the_alert_is_not_vouched_for_and_th
     assert features["cart"]["change:deploy"] == 0.5
     (held,) = [e for e in effects if e.feature == "change:deploy"]
     assert held.effect == "held" and f"release {CART_NEW} was the cause behind ApiSlow@api" in held.why
+
+
+# ---------------------------------------------------------------- refutations the truth overturned
+
+
+def verified(component: str, kind: str, status: str, checks: tuple[str, ...]) -> HypothesisResult:
+    """A verified hypothesis about ``kind`` on ``component``, refuted (or not) by ``checks``."""
+    hypothesis = Hypothesis(
+        id=f"{kind}@{component}",
+        component=component,
+        kind=kind,
+        statement=f"{kind} on {component}",
+        confirm_if=[],
+        refute_if=[],
+        prior=0.5,
+        score=0.2,
+    )
+    refuting = [
+        Evidence(
+            observation_id=f"m-{check}",
+            source=SourceKind.metrics,
+            stance="refutes",
+            statement="v2 no worse",
+            check=check,
+        )
+        for check in checks
+    ]
+    verdict = Verdict(status=status, reason="v2 against v1: no figure of v2 worse", refuting=refuting)
+    return HypothesisResult(hypothesis=hypothesis, steps=[], verdict=verdict, stop_reason=StopReason.refuted)
+
+
+def overturned_by(
+    times: int, *, check: str = "new_version", cause: str = "db", releases: dict[str, str] | None = None
+) -> list[Lesson]:
+    """What ``times`` incidents taught where ``check`` refuted a bad release of ``cause`` (``releases``: its
+    ReplicaSets, with the observation naming each), which was the cause."""
+    memory = InMemoryLessons()
+    for n in range(times):
+        for le in taught(
+            situation().model_copy(update={"releases": {cause: releases or {}}}),
+            ["cart", "db", "api"],
+            cause=cause,
+            kind="deploy_regression",
+            incident_id=f"inc-{n}",
+            now=NOW + timedelta(minutes=n),
+            remedy=REMEDY,
+            overturned={check: f"m-{check}-{n}"},
+        ):
+            memory.upsert_lesson(le)
+    return memory.lessons()
+
+
+def test_a_replay_whose_cause_a_check_had_refuted_teaches_that_the_refutation_was_overturned() -> None:
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    assert report.situation is not None
+    refuted = verified("db", "deploy_regression", "refuted", ("new_version",))
+    report = report.model_copy(update={"results": [*report.results, refuted]})
+    checks = PlaybookReasoner(load_default_playbooks()).first_checks()
+    lessons = about_environment(report, "db", "deploy_regression", NOW, first_checks=checks)
+    (lesson,) = [le for le in lessons if le.teaches == "overturned"]
+    assert (lesson.component, lesson.feature) == ("db", "deploy_regression/new_version")
+    assert lesson.refuting_evidence[0].observation_id == "m-new_version"  # the refutation it overturns, cited
+    assert not problems(lesson)
+    # the cause's kind not refuted, or another kind refuted on it: nothing to overturn
+    right = verified("db", "deploy_regression", "inconclusive", ())
+    report = report.model_copy(update={"results": [right, verified("db", "memory_leak", "refuted", ("memory",))]})
+    assert not [
+        le
+        for le in about_environment(report, "db", "deploy_regression", NOW, first_checks=checks)
+        if le.teaches == "overturned"
+    ]
+
+
+def test_a_refutation_overturned_before_is_reopened_keeping_its_evidence_and_saying_why() -> None:
+    memory = EnvironmentMemory.of(overturned_by(2), incident())
+    again = verified("db", "deploy_regression", "refuted", ("new_version",))
+    (result,), effects = memory.reopen([again], SYSTEM)
+    assert result.verdict.status == "inconclusive"
+    assert result.verdict.refuting == again.verdict.refuting  # the refuting evidence stays in the verdict
+    assert "new_version refuted it, as it did in 2 earlier incident(s) where db was the cause" in result.verdict.reason
+    (effect,) = effects
+    assert effect.effect == "reopened" and effect.component == "db" and effect.why in result.verdict.reason
+    (use,) = memory.uses(effects)
+    assert use.acted and use.raised == ["db"]  # held to account like a prior: misled where db leads and is innocent
+    assert misled_by([use], "cart", "code_exception", top="db") == [use.lesson_id]
+
+
+def test_a_refutation_by_another_check_on_another_kind_or_component_stands() -> None:
+    memory = EnvironmentMemory.of(overturned_by(2), incident())
+    standing = [
+        verified("db", "deploy_regression", "refuted", ("new_version", "errors")),  # a second check refuted it too
+        verified("db", "memory_leak", "refuted", ("new_version",)),
+        verified("cart", "deploy_regression", "refuted", ("new_version",)),
+    ]
+    assert memory.reopen(standing, SYSTEM) == (standing, [])
+
+
+def test_an_overturned_lesson_that_misled_more_than_it_helped_or_of_another_system_does_not_reopen() -> None:
+    again = [verified("db", "deploy_regression", "refuted", ("new_version",))]
+    unreliable = [le.model_copy(update={"times_misled": 2, "times_helped": 1}) for le in overturned_by(2)]
+    assert EnvironmentMemory.of(unreliable, incident()).reopen(again, SYSTEM) == (again, [])
+    other = ["web", "queue", "worker", "cache", "db"]
+    assert EnvironmentMemory.of(overturned_by(2), incident(other)).reopen(again, other) == (again, [])
+
+
+def test_an_overturned_lesson_without_kind_and_check_is_refused_and_a_whole_one_survives_the_store(
+    store_location: StoreLocation,
+) -> None:
+    lesson = next(le for le in overturned_by(1) if le.teaches == "overturned")
+    assert "an overturned lesson needs the kind and the check whose refutation was overturned (kind/check)" in problems(
+        lesson.model_copy(update={"feature": "new_version"})
+    )
+    with Store(store_location) as store:
+        store.upsert_lesson(lesson)
+        assert store.lessons() == [lesson]
+
+
+def test_a_suspect_whose_refutation_was_reopened_names_that_kind_in_its_place_unless_proven() -> None:
+    memory = EnvironmentMemory.of(overturned_by(1), incident())
+    _, effects = memory.reopen([verified("db", "deploy_regression", "refuted", ("new_version",))], SYSTEM)
+    suspects = [
+        Suspect(component="db", kind="downstream_latency", score=0.8, status="inconclusive", why="budget exhausted"),
+        Suspect(component="cart", kind="code_exception", score=0.6, status="inconclusive", why="no checks left"),
+    ]
+    named = named_as_reopened(suspects, effects)
+    assert [(s.component, s.kind, s.score) for s in named] == [
+        ("db", "deploy_regression", 0.8),  # the same place and score: it names a kind, it moves nothing
+        ("cart", "code_exception", 0.6),
+    ]
+    assert named[0].why.startswith("reopened deploy_regression on db") and effects[0].lesson_id in named[0].why
+    proven = [suspects[0].model_copy(update={"status": "confirmed"})]
+    assert named_as_reopened(proven, effects) == proven  # what this incident proved stands
+
+
+def test_an_overturned_refutation_of_a_release_is_reopened_only_where_that_release_is_out_again() -> None:
+    lessons = overturned_by(1, releases={"db-5c4b8f7d9a": "c-1"})
+    (lesson,) = [le for le in lessons if le.teaches == "overturned"]
+    assert "release:db-5c4b8f7d9a" in lesson.trigger.signals and "release db-5c4b8f7d9a" in lesson.trigger.condition
+    memory = EnvironmentMemory.of(lessons, incident())
+    again = [verified("db", "deploy_regression", "refuted", ("new_version",))]
+    (reopened,), _ = memory.reopen(again, SYSTEM, releases={"db": {"db-5c4b8f7d9a": "c-2"}})
+    assert reopened.verdict.status == "inconclusive"
+    # another build of the same service, or none: the refutation stands
+    assert memory.reopen(again, SYSTEM, releases={"db": {"db-7d9f8c6b5": "c-2"}}) == (again, [])
+    assert memory.reopen(again, SYSTEM) == (again, [])
+
+
+def test_an_investigation_reopens_an_overturned_refutation_shows_it_and_keeps_what_it_proved() -> None:
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    refuted = next(r for r in report.results if r.verdict.status == "refuted")
+    component, kind = refuted.hypothesis.component, refuted.hypothesis.kind
+    checks = PlaybookReasoner(load_default_playbooks()).first_checks()
+    # a team's verdict: that refuted kind was the cause after all
+    lessons = about_environment(report, component, kind, NOW, first_checks=checks)
+    again, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT, lessons=lessons))
+    reopened = next(r for r in again.results if r.hypothesis.id == refuted.hypothesis.id)
+    assert reopened.verdict.status == "inconclusive" and reopened.verdict.refuting == refuted.verdict.refuting
+    (use,) = [u for u in again.lessons_used if any(e.startswith("reopened") for e in u.effects)]
+    assert use.acted and use.raised == [component]
+    assert again.suspects[0] == report.suspects[0]  # what this incident proved stands, in its place and kind

@@ -48,6 +48,9 @@ def _what(le: Lesson) -> str:
         return f"on innocent suspects under {le.trigger.alert}: {le.feature} up to {le.strength}"
     if le.teaches == "telling":
         return f"on the cause under {le.trigger.alert}: {le.feature} at {le.strength}"
+    if le.teaches == "overturned":
+        kind, _, check = (le.feature or "").partition("/")
+        return f"{check} refuted {kind} on {le.component}, the cause, under {le.trigger.alert}"
     return le.refuted_kind
 
 
