@@ -168,8 +168,8 @@ def test_a_workload_short_handed_but_still_serving_takes_no_service_down() -> No
     assert "Insufficient memory" in f.why and f.affects == []
 
 
-def _cannot_connect(said: dict[str, list[str]]) -> list[KubeFinding]:
-    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect"])
+def _cannot_connect(said: dict[str, list[str]], name: str = "callers_cannot_connect") -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
     since = since_onset(ONSET)
     return unreachable_dependencies(cluster, analyze(cluster, since=since), said, since=since)
 
@@ -193,7 +193,52 @@ def test_a_caller_that_dials_a_port_its_dependency_does_not_serve_has_the_wrong_
         "dials_unserved_port",
         "config_change",
     )
-    assert f.affects == [] and "cart serves 6379" in f.why
+    assert f.affects == ["web"] and "cart serves 6379" in f.why
+
+
+def test_a_probe_known_only_as_kubectl_describes_it_still_gives_the_port_a_component_serves() -> None:
+    """A recording made from `kubectl describe` holds cart's probes as text (`tcp-socket :6379 …`,
+    `http-get http://:8080/healthz …`): cart serves 6379 and 8080, so web dialling 6380 has the wrong
+    address, and web dialling 6379 finds no route to cart's ready pods."""
+    wrong = "UnableToConnect on cart:6380/Interactive, Initializing/NotStarted"
+    (f,) = _cannot_connect({"web": [wrong] * MIN_FAILED_CONNECTS}, "callers_cannot_connect_described")
+    assert (f.component, f.sign, f.affects) == ("web", "dials_unserved_port", ["web"])
+    assert "cart serves 6379, 8080" in f.why
+    right = "UnableToConnect on cart:6379/Interactive, Initializing/NotStarted"
+    (g,) = _cannot_connect({"web": [right] * MIN_FAILED_CONNECTS}, "callers_cannot_connect_described")
+    assert (g.component, g.sign, g.affects) == ("cart", "unreachable_while_ready", ["cart"])
+
+
+IP_REFUSED = (
+    'details = "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.68.14.88:{port}: Connection refused"'
+)
+
+
+def test_a_caller_that_dials_an_ip_on_a_port_no_component_serves_has_the_wrong_address() -> None:
+    """Every component runs, and none declares 9001 (cart serves 6379, orders 9000): web's address
+    answers nowhere. An IP on a port a component serves says nothing: it may be that component's."""
+    (f,) = _cannot_connect({"web": [IP_REFUSED.format(port=9001)] * MIN_FAILED_CONNECTS})
+    assert (f.component, f.component_type, f.sign, f.kind, f.affects) == (
+        "web",
+        "workload",
+        "dials_unserved_port",
+        "config_change",
+        ["web"],
+    )
+    assert "10.68.14.88:9001" in f.why and "no Service, container or probe of the read serves port 9001" in f.why
+    assert _cannot_connect({"web": [IP_REFUSED.format(port=9000)] * 10}) == []
+    assert _cannot_connect({"web": [IP_REFUSED.format(port=9001)] * (MIN_FAILED_CONNECTS - 1)}) == []
+
+
+def test_an_ip_on_an_unknown_port_blames_no_caller_while_a_component_is_out_of_service() -> None:
+    """mail has no running pod, so the read cannot say which ports its Service serves: 9001 may be
+    mail's, and web's failures are mail's outage (its own finding), not web's address."""
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect_one_down"])
+    since = since_onset(ONSET)
+    (down,) = analyze(cluster, since=since)
+    assert (down.component, down.affects) == ("mail", ["mail"])
+    said = {"web": [IP_REFUSED.format(port=9001)] * 10}
+    assert unreachable_dependencies(cluster, [down], said, since=since) == []
 
 
 @pytest.mark.parametrize(

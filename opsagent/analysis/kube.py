@@ -72,6 +72,9 @@ CONNECT_FAILED = re.compile(
 #: port. A scheme (``http://``) or a path before it is allowed; an IP address is not a host (a ClusterIP
 #: is not in the read, so it names no component).
 ADDRESS = re.compile(r"(?<![\w.-])([a-z][a-z0-9-]*)(?:\.[a-z0-9-]+)*:(\d{2,5})\b", re.I)
+#: ``ip:port`` in a line (``ipv4:10.0.3.7:3551``, ``dial tcp 10.0.3.7:3551``): a ClusterIP or pod IP, which
+#: names no component, but its port may be one no component serves.
+IP_ADDRESS = re.compile(r"(?<![\w.:])(?:ipv4:)?((?:\d{1,3}\.){3}\d{1,3}):(\d{2,5})\b")
 #: Lines of a caller that fail to reach one address before it counts: a restart's blip is one or two.
 MIN_FAILED_CONNECTS = 5
 
@@ -517,7 +520,7 @@ def unreachable_dependencies(
             for host, port in sorted({(h.lower(), int(p)) for h, p in ADDRESS.findall(line)}):
                 if host in serving and host != caller:
                     failed.setdefault((host, port), {}).setdefault(caller, []).append(line)
-    out: list[KubeFinding] = []
+    out = [] if explained else _unserved_addresses(cluster, pods, said)
     for (target, port), by_caller in sorted(failed.items()):
         served = _served_ports(cluster, target, pods[target])
         if served and port not in served:  # each caller that dials it was given a wrong address
@@ -544,6 +547,35 @@ def unreachable_dependencies(
                 field="callers' container log; status.conditions[Ready]",
                 affects=[target],
             )
+        )
+    return out
+
+
+def _unserved_addresses(
+    cluster: Cluster, pods: Mapping[str, Sequence[PodState]], said: Mapping[str, Sequence[str]]
+) -> list[KubeFinding]:
+    """Callers that keep failing to connect to an IP address on a port that no component of the read
+    serves (its Services', containers' and probes' ports): an address no Service or pod answers on,
+    so the caller's own configuration gives a wrong one. The IP names no component; the port rules
+    every one out. Only called where no other finding leaves a component out of service: a component
+    with no pod in the read declares no port, and the IP could be its Service's. Nothing is concluded
+    where the read declares no port at all."""
+    every = set().union(*(_served_ports(cluster, service, own) for service, own in pods.items()))
+    if not every:
+        return []
+    out: list[KubeFinding] = []
+    for caller, lines in sorted(said.items()):
+        dialled: dict[tuple[str, int], list[str]] = {}
+        for line in lines:
+            if CONNECT_FAILED.search(line) is None:
+                continue
+            for ip, port in {(ip, int(p)) for ip, p in IP_ADDRESS.findall(line)}:
+                if port not in every:
+                    dialled.setdefault((ip, port), []).append(line)
+        out.extend(
+            _wrong_address(cluster, caller, ip, port, set(), failed)
+            for (ip, port), failed in sorted(dialled.items())
+            if len(failed) >= MIN_FAILED_CONNECTS and caller in pods
         )
     return out
 
@@ -578,9 +610,15 @@ def _wrong_address(
         object=ref,
         sign="dials_unserved_port",
         kind="config_change",
-        why=f"{caller} fails to connect to {target}:{port} ({len(lines)} lines), and {target} serves "
-        f"{', '.join(str(p) for p in sorted(served))}: {last}",
+        why=f"{caller} fails to connect to {target}:{port} ({len(lines)} lines), and "
+        + (
+            f"{target} serves {', '.join(str(p) for p in sorted(served))}"
+            if served
+            else f"no Service, container or probe of the read serves port {port}"
+        )
+        + f": {last}",
         field="container log; spec.containers[].ports",
+        affects=[caller],
     )
 
 
@@ -606,7 +644,23 @@ def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> s
                 for action in ("tcpSocket", "grpc", "httpGet"):
                     target = handler.get(action)
                     served.add(target.get("port") if isinstance(target, dict) else None)
+            served |= _described_probe_ports(c.get("probesDescribed"))
     return {p for p in served if isinstance(p, int)}
+
+
+#: A probe as ``kubectl describe pod`` prints it (``tcp-socket :6379 delay=5s …``, ``grpc <pod>:9555 …``,
+#: ``http-get http://:8080/healthz …``): the port it checks.
+DESCRIBED_PROBE = re.compile(r"^\s*(?:tcp-socket|grpc|http-get)\s+\S*?:(\d{1,5})(?![\d])")
+
+
+def _described_probe_ports(described: object) -> set[object]:
+    """The ports of a container's probes where a recording holds them only as ``kubectl describe``
+    prints them (``probesDescribed``: probe name to text), because it was made from that text and not
+    from the API's objects. The same port the API's ``tcpSocket``/``grpc``/``httpGet`` fields give."""
+    if not isinstance(described, dict):
+        return set()
+    matches = (DESCRIBED_PROBE.match(text) for text in described.values() if isinstance(text, str))
+    return {int(m.group(1)) for m in matches if m is not None}
 
 
 #: The keyword family of a backend that refuses new connections because it has as many as it allows
