@@ -17,6 +17,7 @@ from opsagent.analysis.kube import (
     exhausted_backends,
     explain_exits,
     read_only_stores,
+    unanswered_dependencies,
     unreachable_dependencies,
     unrouted_paths,
 )
@@ -259,6 +260,47 @@ def test_callers_that_do_not_keep_failing_to_reach_a_component_of_the_read_name_
     said: dict[str, list[str]],
 ) -> None:
     assert _cannot_connect(said) == []
+
+
+def _unanswered(said: dict[str, list[str]], name: str = "callers_cannot_connect") -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
+    since = since_onset(ONSET)
+    return unanswered_dependencies(cluster, analyze(cluster, since=since), said, since=since)
+
+
+def test_a_component_its_callers_fail_to_get_anything_from_while_it_runs_quiet_is_a_service_that_routes_nowhere() -> (
+    None
+):
+    """web writes what it missed, not an address (`failed to retrieve carts`), and cart's pods are
+    ready and log no failure: the calls never reach cart, so cart's Service is what broke. The head of
+    the phrase names it: `orders` after a preposition is where, not what."""
+    line = "failed to get user carts during orders checkout: rpc error: code = Unavailable"
+    (f,) = _unanswered({"web": ["GET /", line] * MIN_FAILED_CONNECTS, "cart": ["serving on :6379"], "orders": []})
+    assert (f.component, f.component_type, f.object) == ("cart", "service", "Service/shop/cart")
+    assert (f.sign, f.kind, f.affects) == ("unanswered_while_ready", "config_change", ["cart"])
+    assert "web failed to get what cart serves (5 lines)" in f.why
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # the calls reached something slow: a delay, not a route to nowhere
+        {"web": ["failed to retrieve cart: rpc error: code = DeadlineExceeded desc = context deadline exceeded"] * 10},
+        # cart answers, and says it fails: its own fault, not its route
+        {"web": ["failed to retrieve cart"] * 10, "cart": ["NullReferenceException in GetCart"]},
+        # fewer lines than the rule asks for, and a phrase that names no component
+        {"web": ["could not retrieve cart"] * (MIN_FAILED_CONNECTS - 1) + ["failed to load settings"] * 10},
+    ],
+)
+def test_callers_that_miss_nothing_from_a_quiet_running_component_name_nothing(said: dict[str, list[str]]) -> None:
+    assert _unanswered(said) == []
+
+
+def test_a_component_its_own_pods_explain_is_not_named_for_what_its_callers_miss() -> None:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect_one_down"])
+    since = since_onset(ONSET)
+    found = analyze(cluster, since=since)
+    assert unanswered_dependencies(cluster, found, {"web": ["failed to get mail"] * 10}, since=since) == []
 
 
 @pytest.mark.parametrize("name", ["crash_loop", "recovered"])

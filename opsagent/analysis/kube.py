@@ -501,17 +501,8 @@ def unreachable_dependencies(
     protocol). A component another finding already explains (not ready, on a node that is down)
     is left to that finding, and so is one whose containers restarted since ``since``: callers
     failed to reach it while it was down, and it is up again."""
+    pods, serving = _serving(cluster, findings, since)
     explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
-    down = {n.name for n in cluster.nodes() if _not_ready(n)}
-    pods: dict[str, list[PodState]] = {}
-    for p in cluster.pods:
-        pods.setdefault(p.service, []).append(p)
-    serving = {
-        service
-        for service, own in pods.items()
-        if service not in explained
-        and all(p.phase == "Running" and p.ready and p.node not in down and not _restarted(p, since) for p in own)
-    }
     failed: dict[tuple[str, int], dict[str, list[str]]] = {}
     for caller, lines in sorted(said.items()):
         for line in lines:
@@ -551,6 +542,26 @@ def unreachable_dependencies(
     return out
 
 
+def _serving(
+    cluster: Cluster, findings: Sequence[KubeFinding], since: datetime
+) -> tuple[dict[str, list[PodState]], set[str]]:
+    """Each component's pods, and the components no finding explains whose every pod is Running,
+    ready, not restarted since ``since`` and on a node that is up: what its callers say about it is
+    the only sign left."""
+    explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
+    down = {n.name for n in cluster.nodes() if _not_ready(n)}
+    pods: dict[str, list[PodState]] = {}
+    for p in cluster.pods:
+        pods.setdefault(p.service, []).append(p)
+    serving = {
+        service
+        for service, own in pods.items()
+        if service not in explained
+        and all(p.phase == "Running" and p.ready and p.node not in down and not _restarted(p, since) for p in own)
+    }
+    return pods, serving
+
+
 def _unserved_addresses(
     cluster: Cluster, pods: Mapping[str, Sequence[PodState]], said: Mapping[str, Sequence[str]]
 ) -> list[KubeFinding]:
@@ -578,6 +589,82 @@ def _unserved_addresses(
             if len(failed) >= MIN_FAILED_CONNECTS and caller in pods
         )
     return out
+
+
+#: A caller's line that says it failed to obtain something, and what: ``failed to retrieve ads``,
+#: ``could not get product recommendations``. The words after the verb name what it asked for.
+FAILED_TO_GET = re.compile(
+    r"\b(?:failed|unable|could ?n[o']?t|can ?not|can't) (?:to )?"
+    r"(?:get|retrieve|fetch|load|obtain|list|read|query|reach|contact|call)\b([ \w-]{0,60})",
+    re.I,
+)
+#: Where the phrase that names what was asked for ends (``user cart`` of ``user cart during checkout``).
+PREPOSITION = re.compile(r"\b(?:during|for|from|in|on|at|of|with|by|to|via|while|after|before)\b")
+#: The keyword family of a call that waited too long (``deadline exceeded``, ``upstream request timeout``).
+SLOW = "timeout"
+#: Shortest word (after a plural ``s`` is dropped) that may name a component by the start of its name.
+MIN_NAMING_WORD = 2
+
+
+def unanswered_dependencies(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]], *, since: datetime
+) -> list[KubeFinding]:
+    """Components whose callers keep saying they failed to get what the component serves (``failed
+    to retrieve ads`` for ``adservice``), while every pod of it is Running, ready, not restarted since
+    ``since``, and its own last lines say nothing failed: the calls do not reach it, so the route to
+    its pods (its Service) is what broke, as with callers that cannot connect to it, where the caller
+    writes what it missed rather than the address. A line that says the call timed out does not
+    count: that call reached something slow (a network delay), not a route to nowhere. The last word
+    of the phrase that starts the name of exactly one component names it (the head of ``product
+    recommendations`` is the recommendations). A component another finding already explains is left
+    to that finding."""
+    pods, serving = _serving(cluster, findings, since)
+    quiet = {service for service in serving if not any(families_of(line) for line in said.get(service, ()))}
+    keys = {service: _alnum(service) for service in pods}
+    out: list[KubeFinding] = []
+    for caller, lines in sorted(said.items()):
+        missed: dict[str, list[str]] = defaultdict(list)
+        for line in lines:
+            m = FAILED_TO_GET.search(line)
+            if m is None or SLOW in families_of(line):
+                continue  # a call that timed out reached something slow: the route is not what broke
+            target = _named_by(m.group(1), keys)
+            if target is not None and target != caller:
+                missed[target].append(line)
+        for target, failed in sorted(missed.items()):
+            if target not in quiet or len(failed) < MIN_FAILED_CONNECTS:
+                continue
+            ref = _ref("Service", pods[target][0].namespace, target)
+            out.append(
+                KubeFinding(
+                    component=target,
+                    component_type="service",
+                    object=ref,
+                    sign="unanswered_while_ready",
+                    kind="config_change",
+                    why=f"{caller} failed to get what {target} serves ({len(failed)} lines) while every pod of "
+                    f"{target} is Running and ready and logs no failure: {ref} does not route to them: "
+                    f"{' '.join(failed[-1].split())[:200]}",
+                    field="callers' container log; status.conditions[Ready]",
+                    affects=[target],
+                )
+            )
+    return out
+
+
+def _named_by(phrase: str, keys: Mapping[str, str]) -> str | None:
+    """The component the last naming word of the phrase names: the one component whose name, letters
+    and digits only, starts with the word (its plural ``s`` dropped). The phrase ends at its first
+    preposition."""
+    head = PREPOSITION.split(phrase.lower(), maxsplit=1)[0]  # "user cart during checkout": the cart
+    for word in reversed(re.findall(r"[a-z0-9]+", head)):
+        stem = word[:-1] if word.endswith("s") and len(word) > MIN_NAMING_WORD else word
+        if len(stem) < MIN_NAMING_WORD:
+            continue
+        named = [service for service, key in keys.items() if key.startswith(stem)]
+        if len(named) == 1:
+            return named[0]
+    return None
 
 
 def _restarted(pod: PodState, since: datetime) -> bool:

@@ -20,6 +20,7 @@ from opsagent.analysis.kube import (
     exhausted_backends,
     explain_exits,
     read_only_stores,
+    unanswered_dependencies,
     unreachable_dependencies,
     unrouted_paths,
 )
@@ -155,6 +156,7 @@ class KubernetesState:
         findings = exhausted_backends(cluster, findings, {**heard, **last_words})
         findings = read_only_stores(cluster, findings, heard, since=since)
         findings = [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
+        findings = [*findings, *unanswered_dependencies(cluster, findings, heard, since=since)]
         return [*findings, *unrouted_paths(cluster, findings, heard)]
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
