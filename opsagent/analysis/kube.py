@@ -740,7 +740,7 @@ def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> s
 DESCRIBED_PROBE = re.compile(r"^\s*(?:tcp-socket|grpc|http-get)\s+\S*?:(\d{1,5})(?![\d])")
 
 
-def _described_probe_ports(described: object) -> set[object]:
+def _described_probe_ports(described: object) -> set[int]:
     """The ports of a container's probes where a recording holds them only as ``kubectl describe``
     prints them (``probesDescribed``: probe name to text), because it was made from that text and not
     from the API's objects. The same port the API's ``tcpSocket``/``grpc``/``httpGet`` fields give."""
