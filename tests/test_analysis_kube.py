@@ -17,6 +17,7 @@ from opsagent.analysis.kube import (
     exhausted_backends,
     explain_exits,
     read_only_stores,
+    unanswered_dependencies,
     unreachable_dependencies,
     unrouted_paths,
 )
@@ -168,8 +169,8 @@ def test_a_workload_short_handed_but_still_serving_takes_no_service_down() -> No
     assert "Insufficient memory" in f.why and f.affects == []
 
 
-def _cannot_connect(said: dict[str, list[str]]) -> list[KubeFinding]:
-    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect"])
+def _cannot_connect(said: dict[str, list[str]], name: str = "callers_cannot_connect") -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
     since = since_onset(ONSET)
     return unreachable_dependencies(cluster, analyze(cluster, since=since), said, since=since)
 
@@ -193,7 +194,52 @@ def test_a_caller_that_dials_a_port_its_dependency_does_not_serve_has_the_wrong_
         "dials_unserved_port",
         "config_change",
     )
-    assert f.affects == [] and "cart serves 6379" in f.why
+    assert f.affects == ["web"] and "cart serves 6379" in f.why
+
+
+def test_a_probe_known_only_as_kubectl_describes_it_still_gives_the_port_a_component_serves() -> None:
+    """A recording made from `kubectl describe` holds cart's probes as text (`tcp-socket :6379 …`,
+    `http-get http://:8080/healthz …`): cart serves 6379 and 8080, so web dialling 6380 has the wrong
+    address, and web dialling 6379 finds no route to cart's ready pods."""
+    wrong = "UnableToConnect on cart:6380/Interactive, Initializing/NotStarted"
+    (f,) = _cannot_connect({"web": [wrong] * MIN_FAILED_CONNECTS}, "callers_cannot_connect_described")
+    assert (f.component, f.sign, f.affects) == ("web", "dials_unserved_port", ["web"])
+    assert "cart serves 6379, 8080" in f.why
+    right = "UnableToConnect on cart:6379/Interactive, Initializing/NotStarted"
+    (g,) = _cannot_connect({"web": [right] * MIN_FAILED_CONNECTS}, "callers_cannot_connect_described")
+    assert (g.component, g.sign, g.affects) == ("cart", "unreachable_while_ready", ["cart"])
+
+
+IP_REFUSED = (
+    'details = "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.68.14.88:{port}: Connection refused"'
+)
+
+
+def test_a_caller_that_dials_an_ip_on_a_port_no_component_serves_has_the_wrong_address() -> None:
+    """Every component runs, and none declares 9001 (cart serves 6379, orders 9000): web's address
+    answers nowhere. An IP on a port a component serves says nothing: it may be that component's."""
+    (f,) = _cannot_connect({"web": [IP_REFUSED.format(port=9001)] * MIN_FAILED_CONNECTS})
+    assert (f.component, f.component_type, f.sign, f.kind, f.affects) == (
+        "web",
+        "workload",
+        "dials_unserved_port",
+        "config_change",
+        ["web"],
+    )
+    assert "10.68.14.88:9001" in f.why and "no Service, container or probe of the read serves port 9001" in f.why
+    assert _cannot_connect({"web": [IP_REFUSED.format(port=9000)] * 10}) == []
+    assert _cannot_connect({"web": [IP_REFUSED.format(port=9001)] * (MIN_FAILED_CONNECTS - 1)}) == []
+
+
+def test_an_ip_on_an_unknown_port_blames_no_caller_while_a_component_is_out_of_service() -> None:
+    """mail has no running pod, so the read cannot say which ports its Service serves: 9001 may be
+    mail's, and web's failures are mail's outage (its own finding), not web's address."""
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect_one_down"])
+    since = since_onset(ONSET)
+    (down,) = analyze(cluster, since=since)
+    assert (down.component, down.affects) == ("mail", ["mail"])
+    said = {"web": [IP_REFUSED.format(port=9001)] * 10}
+    assert unreachable_dependencies(cluster, [down], said, since=since) == []
 
 
 @pytest.mark.parametrize(
@@ -214,6 +260,47 @@ def test_callers_that_do_not_keep_failing_to_reach_a_component_of_the_read_name_
     said: dict[str, list[str]],
 ) -> None:
     assert _cannot_connect(said) == []
+
+
+def _unanswered(said: dict[str, list[str]], name: str = "callers_cannot_connect") -> list[KubeFinding]:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS[name])
+    since = since_onset(ONSET)
+    return unanswered_dependencies(cluster, analyze(cluster, since=since), said, since=since)
+
+
+def test_a_component_its_callers_fail_to_get_anything_from_while_it_runs_quiet_is_a_service_that_routes_nowhere() -> (
+    None
+):
+    """web writes what it missed, not an address (`failed to retrieve carts`), and cart's pods are
+    ready and log no failure: the calls never reach cart, so cart's Service is what broke. The head of
+    the phrase names it: `orders` after a preposition is where, not what."""
+    line = "failed to get user carts during orders checkout: rpc error: code = Unavailable"
+    (f,) = _unanswered({"web": ["GET /", line] * MIN_FAILED_CONNECTS, "cart": ["serving on :6379"], "orders": []})
+    assert (f.component, f.component_type, f.object) == ("cart", "service", "Service/shop/cart")
+    assert (f.sign, f.kind, f.affects) == ("unanswered_while_ready", "config_change", ["cart"])
+    assert "web failed to get what cart serves (5 lines)" in f.why
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # the calls reached something slow: a delay, not a route to nowhere
+        {"web": ["failed to retrieve cart: rpc error: code = DeadlineExceeded desc = context deadline exceeded"] * 10},
+        # cart answers, and says it fails: its own fault, not its route
+        {"web": ["failed to retrieve cart"] * 10, "cart": ["NullReferenceException in GetCart"]},
+        # fewer lines than the rule asks for, and a phrase that names no component
+        {"web": ["could not retrieve cart"] * (MIN_FAILED_CONNECTS - 1) + ["failed to load settings"] * 10},
+    ],
+)
+def test_callers_that_miss_nothing_from_a_quiet_running_component_name_nothing(said: dict[str, list[str]]) -> None:
+    assert _unanswered(said) == []
+
+
+def test_a_component_its_own_pods_explain_is_not_named_for_what_its_callers_miss() -> None:
+    cluster = Cluster(KubeObject.model_validate(o) for o in CLUSTERS["callers_cannot_connect_one_down"])
+    since = since_onset(ONSET)
+    found = analyze(cluster, since=since)
+    assert unanswered_dependencies(cluster, found, {"web": ["failed to get mail"] * 10}, since=since) == []
 
 
 @pytest.mark.parametrize("name", ["crash_loop", "recovered"])

@@ -72,6 +72,9 @@ CONNECT_FAILED = re.compile(
 #: port. A scheme (``http://``) or a path before it is allowed; an IP address is not a host (a ClusterIP
 #: is not in the read, so it names no component).
 ADDRESS = re.compile(r"(?<![\w.-])([a-z][a-z0-9-]*)(?:\.[a-z0-9-]+)*:(\d{2,5})\b", re.I)
+#: ``ip:port`` in a line (``ipv4:10.0.3.7:3551``, ``dial tcp 10.0.3.7:3551``): a ClusterIP or pod IP, which
+#: names no component, but its port may be one no component serves.
+IP_ADDRESS = re.compile(r"(?<![\w.:])(?:ipv4:)?((?:\d{1,3}\.){3}\d{1,3}):(\d{2,5})\b")
 #: Lines of a caller that fail to reach one address before it counts: a restart's blip is one or two.
 MIN_FAILED_CONNECTS = 5
 
@@ -498,17 +501,8 @@ def unreachable_dependencies(
     protocol). A component another finding already explains (not ready, on a node that is down)
     is left to that finding, and so is one whose containers restarted since ``since``: callers
     failed to reach it while it was down, and it is up again."""
+    pods, serving = _serving(cluster, findings, since)
     explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
-    down = {n.name for n in cluster.nodes() if _not_ready(n)}
-    pods: dict[str, list[PodState]] = {}
-    for p in cluster.pods:
-        pods.setdefault(p.service, []).append(p)
-    serving = {
-        service
-        for service, own in pods.items()
-        if service not in explained
-        and all(p.phase == "Running" and p.ready and p.node not in down and not _restarted(p, since) for p in own)
-    }
     failed: dict[tuple[str, int], dict[str, list[str]]] = {}
     for caller, lines in sorted(said.items()):
         for line in lines:
@@ -517,7 +511,7 @@ def unreachable_dependencies(
             for host, port in sorted({(h.lower(), int(p)) for h, p in ADDRESS.findall(line)}):
                 if host in serving and host != caller:
                     failed.setdefault((host, port), {}).setdefault(caller, []).append(line)
-    out: list[KubeFinding] = []
+    out = [] if explained else _unserved_addresses(cluster, pods, said)
     for (target, port), by_caller in sorted(failed.items()):
         served = _served_ports(cluster, target, pods[target])
         if served and port not in served:  # each caller that dials it was given a wrong address
@@ -546,6 +540,131 @@ def unreachable_dependencies(
             )
         )
     return out
+
+
+def _serving(
+    cluster: Cluster, findings: Sequence[KubeFinding], since: datetime
+) -> tuple[dict[str, list[PodState]], set[str]]:
+    """Each component's pods, and the components no finding explains whose every pod is Running,
+    ready, not restarted since ``since`` and on a node that is up: what its callers say about it is
+    the only sign left."""
+    explained = {f.component for f in findings} | {s for f in findings for s in f.affects}
+    down = {n.name for n in cluster.nodes() if _not_ready(n)}
+    pods: dict[str, list[PodState]] = {}
+    for p in cluster.pods:
+        pods.setdefault(p.service, []).append(p)
+    serving = {
+        service
+        for service, own in pods.items()
+        if service not in explained
+        and all(p.phase == "Running" and p.ready and p.node not in down and not _restarted(p, since) for p in own)
+    }
+    return pods, serving
+
+
+def _unserved_addresses(
+    cluster: Cluster, pods: Mapping[str, Sequence[PodState]], said: Mapping[str, Sequence[str]]
+) -> list[KubeFinding]:
+    """Callers that keep failing to connect to an IP address on a port that no component of the read
+    serves (its Services', containers' and probes' ports): an address no Service or pod answers on,
+    so the caller's own configuration gives a wrong one. The IP names no component; the port rules
+    every one out. Only called where no other finding leaves a component out of service: a component
+    with no pod in the read declares no port, and the IP could be its Service's. Nothing is concluded
+    where the read declares no port at all."""
+    every = set().union(*(_served_ports(cluster, service, own) for service, own in pods.items()))
+    if not every:
+        return []
+    out: list[KubeFinding] = []
+    for caller, lines in sorted(said.items()):
+        dialled: dict[tuple[str, int], list[str]] = {}
+        for line in lines:
+            if CONNECT_FAILED.search(line) is None:
+                continue
+            for ip, port in {(ip, int(p)) for ip, p in IP_ADDRESS.findall(line)}:
+                if port not in every:
+                    dialled.setdefault((ip, port), []).append(line)
+        out.extend(
+            _wrong_address(cluster, caller, ip, port, set(), failed)
+            for (ip, port), failed in sorted(dialled.items())
+            if len(failed) >= MIN_FAILED_CONNECTS and caller in pods
+        )
+    return out
+
+
+#: A caller's line that says it failed to obtain something, and what: ``failed to retrieve ads``,
+#: ``could not get product recommendations``. The words after the verb name what it asked for.
+FAILED_TO_GET = re.compile(
+    r"\b(?:failed|unable|could ?n[o']?t|can ?not|can't) (?:to )?"
+    r"(?:get|retrieve|fetch|load|obtain|list|read|query|reach|contact|call)\b([ \w-]{0,60})",
+    re.I,
+)
+#: Where the phrase that names what was asked for ends (``user cart`` of ``user cart during checkout``).
+PREPOSITION = re.compile(r"\b(?:during|for|from|in|on|at|of|with|by|to|via|while|after|before)\b")
+#: The keyword family of a call that waited too long (``deadline exceeded``, ``upstream request timeout``).
+SLOW = "timeout"
+#: Shortest word (after a plural ``s`` is dropped) that may name a component by the start of its name.
+MIN_NAMING_WORD = 2
+
+
+def unanswered_dependencies(
+    cluster: Cluster, findings: Sequence[KubeFinding], said: Mapping[str, Sequence[str]], *, since: datetime
+) -> list[KubeFinding]:
+    """Components whose callers keep saying they failed to get what the component serves (``failed
+    to retrieve ads`` for ``adservice``), while every pod of it is Running, ready, not restarted since
+    ``since``, and its own last lines say nothing failed: the calls do not reach it, so the route to
+    its pods (its Service) is what broke, as with callers that cannot connect to it, where the caller
+    writes what it missed rather than the address. A line that says the call timed out does not
+    count: that call reached something slow (a network delay), not a route to nowhere. The last word
+    of the phrase that starts the name of exactly one component names it (the head of ``product
+    recommendations`` is the recommendations). A component another finding already explains is left
+    to that finding."""
+    pods, serving = _serving(cluster, findings, since)
+    quiet = {service for service in serving if not any(families_of(line) for line in said.get(service, ()))}
+    keys = {service: _alnum(service) for service in pods}
+    out: list[KubeFinding] = []
+    for caller, lines in sorted(said.items()):
+        missed: dict[str, list[str]] = defaultdict(list)
+        for line in lines:
+            m = FAILED_TO_GET.search(line)
+            if m is None or SLOW in families_of(line):
+                continue  # a call that timed out reached something slow: the route is not what broke
+            target = _named_by(m.group(1), keys)
+            if target is not None and target != caller:
+                missed[target].append(line)
+        for target, failed in sorted(missed.items()):
+            if target not in quiet or len(failed) < MIN_FAILED_CONNECTS:
+                continue
+            ref = _ref("Service", pods[target][0].namespace, target)
+            out.append(
+                KubeFinding(
+                    component=target,
+                    component_type="service",
+                    object=ref,
+                    sign="unanswered_while_ready",
+                    kind="config_change",
+                    why=f"{caller} failed to get what {target} serves ({len(failed)} lines) while every pod of "
+                    f"{target} is Running and ready and logs no failure: {ref} does not route to them: "
+                    f"{' '.join(failed[-1].split())[:200]}",
+                    field="callers' container log; status.conditions[Ready]",
+                    affects=[target],
+                )
+            )
+    return out
+
+
+def _named_by(phrase: str, keys: Mapping[str, str]) -> str | None:
+    """The component the last naming word of the phrase names: the one component whose name, letters
+    and digits only, starts with the word (its plural ``s`` dropped). The phrase ends at its first
+    preposition."""
+    head = PREPOSITION.split(phrase.lower(), maxsplit=1)[0]  # "user cart during checkout": the cart
+    for word in reversed(re.findall(r"[a-z0-9]+", head)):
+        stem = word[:-1] if word.endswith("s") and len(word) > MIN_NAMING_WORD else word
+        if len(stem) < MIN_NAMING_WORD:
+            continue
+        named = [service for service, key in keys.items() if key.startswith(stem)]
+        if len(named) == 1:
+            return named[0]
+    return None
 
 
 def _restarted(pod: PodState, since: datetime) -> bool:
@@ -578,9 +697,15 @@ def _wrong_address(
         object=ref,
         sign="dials_unserved_port",
         kind="config_change",
-        why=f"{caller} fails to connect to {target}:{port} ({len(lines)} lines), and {target} serves "
-        f"{', '.join(str(p) for p in sorted(served))}: {last}",
+        why=f"{caller} fails to connect to {target}:{port} ({len(lines)} lines), and "
+        + (
+            f"{target} serves {', '.join(str(p) for p in sorted(served))}"
+            if served
+            else f"no Service, container or probe of the read serves port {port}"
+        )
+        + f": {last}",
         field="container log; spec.containers[].ports",
+        affects=[caller],
     )
 
 
@@ -606,7 +731,23 @@ def _served_ports(cluster: Cluster, service: str, pods: Sequence[PodState]) -> s
                 for action in ("tcpSocket", "grpc", "httpGet"):
                     target = handler.get(action)
                     served.add(target.get("port") if isinstance(target, dict) else None)
+            served |= _described_probe_ports(c.get("probesDescribed"))
     return {p for p in served if isinstance(p, int)}
+
+
+#: A probe as ``kubectl describe pod`` prints it (``tcp-socket :6379 delay=5s …``, ``grpc <pod>:9555 …``,
+#: ``http-get http://:8080/healthz …``): the port it checks.
+DESCRIBED_PROBE = re.compile(r"^\s*(?:tcp-socket|grpc|http-get)\s+\S*?:(\d{1,5})(?![\d])")
+
+
+def _described_probe_ports(described: object) -> set[int]:
+    """The ports of a container's probes where a recording holds them only as ``kubectl describe``
+    prints them (``probesDescribed``: probe name to text), because it was made from that text and not
+    from the API's objects. The same port the API's ``tcpSocket``/``grpc``/``httpGet`` fields give."""
+    if not isinstance(described, dict):
+        return set()
+    matches = (DESCRIBED_PROBE.match(text) for text in described.values() if isinstance(text, str))
+    return {int(m.group(1)) for m in matches if m is not None}
 
 
 #: The keyword family of a backend that refuses new connections because it has as many as it allows

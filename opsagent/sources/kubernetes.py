@@ -20,6 +20,7 @@ from opsagent.analysis.kube import (
     exhausted_backends,
     explain_exits,
     read_only_stores,
+    unanswered_dependencies,
     unreachable_dependencies,
     unrouted_paths,
 )
@@ -137,8 +138,9 @@ class KubernetesState:
         """The findings, read with what the containers' last lines say: each crash loop with what stops
         it, a backend that refuses its crash-looping callers for having too many connections in place
         of their crash loops, the store its callers find read-only as a changed setting, the
-        components their callers cannot connect to while their pods are ready, and the components
-        whose every request their entry answers not found."""
+        components their callers cannot connect to (or the callers given a wrong address) or fail to
+        get anything from while their pods are ready, and the components whose every request their
+        entry answers not found."""
         if self._last_words is None:
             return findings
         at = self._now()
@@ -155,6 +157,7 @@ class KubernetesState:
         findings = exhausted_backends(cluster, findings, {**heard, **last_words})
         findings = read_only_stores(cluster, findings, heard, since=since)
         findings = [*findings, *unreachable_dependencies(cluster, findings, heard, since=since)]
+        findings = [*findings, *unanswered_dependencies(cluster, findings, heard, since=since)]
         return [*findings, *unrouted_paths(cluster, findings, heard)]
 
     async def events(self, *, incident: Incident, service: str | None, reason: str | None) -> KubernetesData:
