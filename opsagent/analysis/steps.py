@@ -109,11 +109,22 @@ def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]
             tokens = masked[message] = masker.tokens(message)[0]
         return tokens
 
+    # likewise the code location a text names (a search of its prefix): each distinct text once
+    locations: dict[str, str] = {}  # "" for none: a location is never empty
+
+    def location(message: str) -> str | None:
+        where = locations.get(message)
+        if where is None:
+            if len(locations) >= masker.cache_size:
+                locations.clear()
+            where = locations[message] = code_location(message) or ""
+        return where or None
+
     miners: dict[str, TemplateMiner] = {}
     located: dict[tuple[str, str], str] = {}  # (component, code location) -> its step's label
     joined: list[tuple[float, str, str, int | str | None]] = []
     for ts, service, span_id, message in records:
-        where = code_location(message)
+        where = location(message)
         if where is not None:
             label = located.get((service, where))
             if label is None:
