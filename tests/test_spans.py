@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+from opsagent.analysis.columns import SpanColumns
 from opsagent.analysis.gaps import call_gaps
-from opsagent.analysis.spans import SpanColumns, span_times, trace_edges
+from opsagent.analysis.spans import span_times, trace_edges
 from opsagent.fixtures import Span
 from opsagent.incident import open_incident
 from opsagent.models import Alert, TimeRange

@@ -14,7 +14,7 @@ from statistics import median
 
 import numpy as np
 
-from opsagent.analysis.spans import SpanColumns
+from opsagent.analysis.columns import SpanColumns
 from opsagent.fixtures import Span, unix
 from opsagent.models import CallGap, Incident
 

@@ -25,7 +25,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from opsagent.analysis.spans import SpanColumns
+from opsagent.analysis.columns import SpanColumns
 from opsagent.fixtures import Span, unix
 from opsagent.logsummary.masking import Masker
 from opsagent.logsummary.mining import TemplateMiner

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Literal
 
 from opsagent.analysis.changes import change_records
+from opsagent.analysis.columns import SpanColumns
 from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
@@ -28,7 +29,7 @@ from opsagent.analysis.series import (
     side_of,
     signal_stats,
 )
-from opsagent.analysis.spans import SpanColumns, SpanTimes, span_times, trace_edges, trace_summary
+from opsagent.analysis.spans import SpanTimes, span_times, trace_edges, trace_summary
 from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
 from opsagent.analysis.versions import compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
