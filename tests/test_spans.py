@@ -3,8 +3,12 @@ parallel calls count once and a child that outlives its parent counts only insid
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+
+import pytest
 
 from opsagent.analysis.columns import SpanColumns
 from opsagent.analysis.gaps import call_gaps
@@ -12,6 +16,7 @@ from opsagent.analysis.spans import span_times, trace_edges
 from opsagent.fixtures import Span
 from opsagent.incident import open_incident
 from opsagent.models import Alert, TimeRange
+from tests.conftest import ROOT
 
 T0 = 1_700_000_000_000_000_000  # unix ns
 
@@ -124,3 +129,13 @@ def test_the_gap_of_a_call_is_the_same_read_from_columns_or_from_spans() -> None
     assert (gap.caller, gap.callee, gap.gap_ms_baseline, gap.gap_ms_window) == ("svc-web", "svc-api", 2.0, 6.0)
     assert call_gaps(SpanColumns.read(spans), incident=incident) == call_gaps(spans, incident=incident)
     assert call_gaps(SpanColumns.read(spans), incident=incident, service="svc-db") == []
+
+
+@pytest.mark.parametrize("module", ["columns", "spans", "gaps", "steps"])
+def test_each_trace_analysis_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    # the analyses import each other and the ranking imports them: no import cycle may hang on which
+    # module a user (or a script) happens to import first
+    done = subprocess.run(
+        [sys.executable, "-c", f"import opsagent.analysis.{module}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
