@@ -5,14 +5,19 @@ walking the observations again."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
+import pytest
+
+from opsagent import redaction
 from opsagent.catalog import default_catalog
 from opsagent.incident import open_incident
 from opsagent.models import Action, Alert, ErrorData, Observation, SourceKind
-from opsagent.redaction import OBSERVATIONS_DONE, scrub_model
+from opsagent.redaction import OBSERVATIONS_DONE, redact, redactors, scrub_model
 from opsagent.sources import Sources
 from opsagent.tools import Toolbox
+from opsagent.wordtree import longest_first
 
 SECRET = "password=hunter2hunter2"
 ALERT = Alert(labels={"alertname": "HighLatency", "service": "checkout"}, startsAt=datetime(2026, 1, 1, tzinfo=UTC))
@@ -48,3 +53,21 @@ def test_the_toolbox_redacts_an_observations_data_and_text() -> None:
     obs = asyncio.run(toolbox.call(Action(tool=f"logs.{SECRET}", args={"q": SECRET})))
     assert isinstance(obs.data, ErrorData)
     assert "hunter2" not in obs.text and "hunter2" not in obs.data.model_dump_json()
+
+
+def test_a_chain_built_anew_at_each_door_searches_with_the_gate_its_words_wrote_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written: list[str] = []
+
+    def writing(words: Iterable[str]) -> str:
+        written.append(pattern := longest_first(words))
+        return pattern
+
+    monkeypatch.setattr(redaction, "longest_first", writing)
+    redaction._gate.cache_clear()
+    redaction._gate_of.cache_clear()
+    first, again = tuple(redactors()), tuple(redactors())
+    assert first != again  # each door builds its own chain (its own step for this process's secrets)
+    assert redact(f"login failed {SECRET}", first)[1] == 1 and redact("login failed", again)[1] == 0
+    assert len(written) == 1  # the tree of their words (a few dozen) written once, not at every door

@@ -3,10 +3,20 @@ parallel calls count once and a child that outlives its parent counts only insid
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
-from opsagent.analysis.spans import span_times
+import pytest
+
+from opsagent.analysis.columns import SpanColumns
+from opsagent.analysis.gaps import call_gaps
+from opsagent.analysis.spans import span_times, trace_edges
 from opsagent.fixtures import Span
+from opsagent.incident import open_incident
+from opsagent.models import Alert, TimeRange
+from tests.conftest import ROOT
 
 T0 = 1_700_000_000_000_000_000  # unix ns
 
@@ -80,3 +90,52 @@ def test_a_stream_of_spans_is_read_once_and_gives_the_same_times() -> None:
     assert streamed == list(span_times(list(spans)))
     assert streamed[3].start == spans[3].start_s and streamed[0].start == spans[0].start_s
     assert [t.origin_error for t in streamed] == [False, True, False, False]
+
+
+def _in(trace: str, s: Span, **changes: object) -> Span:
+    return Span.model_validate({**s.model_dump(), "trace_id": trace, **changes})
+
+
+def test_every_analysis_reads_the_same_columns_as_it_reads_the_spans() -> None:
+    # two traces; in "u" the span id "p" is given twice: its children and its caller are its last span's
+    spans = [span("p", None, 0, 100), span("a", "p", 10, 40), span("b", "p", 50, 30), span("c", "a", 20, 5)]
+    spans += [_in("u", span("p", None, 0, 100)), _in("u", span("p", None, 5, 90), service="svc-q")]
+    spans += [_in("u", span("d", "p", 10, 20)), _in("u", span("x", "gone", 30, 20))]  # a parent outside
+    columns = SpanColumns.read(iter(spans))
+    assert len(columns) == len(spans) and columns.keys == 8  # (trace, id) pairs, parents' included
+    assert list(span_times(columns)) == list(span_times(spans))
+    assert trace_edges(columns) == trace_edges(spans)
+    assert [(e.caller, e.callee) for e in trace_edges(columns)] == [
+        ("svc-a", "svc-c"),
+        ("svc-p", "svc-a"),
+        ("svc-p", "svc-b"),
+        ("svc-q", "svc-d"),  # the last span of id "p" in trace "u" called it
+    ]
+
+
+def test_the_gap_of_a_call_is_the_same_read_from_columns_or_from_spans() -> None:
+    onset = T0 / 1e9 + 600
+    spans = []
+    for i in range(20):  # a minute apart: a 10 ms call of web to api, 2 ms of it on the wire, then 6 ms
+        start = T0 + i * 60_000_000_000
+        server_ms = 8.0 if start / 1e9 < onset else 4.0
+        spans.append(_in(f"t{i}", span(f"c{i}", None, 0, 10), service="svc-web", start=start))
+        spans.append(_in(f"t{i}", span(f"s{i}", f"c{i}", 0, server_ms), service="svc-api", start=start))
+    incident = open_incident(
+        Alert(labels={"alertname": "Slow", "service": "svc-web"}, startsAt=datetime.fromtimestamp(onset, UTC)),
+        window=TimeRange(start=datetime.fromtimestamp(T0 / 1e9, UTC), end=datetime.fromtimestamp(onset + 900, UTC)),
+    )
+    (gap,) = call_gaps(SpanColumns.read(spans), incident=incident)
+    assert (gap.caller, gap.callee, gap.gap_ms_baseline, gap.gap_ms_window) == ("svc-web", "svc-api", 2.0, 6.0)
+    assert call_gaps(SpanColumns.read(spans), incident=incident) == call_gaps(spans, incident=incident)
+    assert call_gaps(SpanColumns.read(spans), incident=incident, service="svc-db") == []
+
+
+@pytest.mark.parametrize("module", ["columns", "spans", "gaps", "steps"])
+def test_each_trace_analysis_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    # the analyses import each other and the ranking imports them: no import cycle may hang on which
+    # module a user (or a script) happens to import first
+    done = subprocess.run(
+        [sys.executable, "-c", f"import opsagent.analysis.{module}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -4,15 +4,17 @@ A caller's client span lasts as long as the call as the caller sees it; the call
 under it, as long as the callee worked on it. What lies between (the wire, a proxy, the queue in front
 of the callee's handler) is the gap. A network delay at a component lengthens the gap of the calls
 *into* it from every caller while its own server time stays flat: the one place traces show a delay
-on the wire. Pure functions over :class:`~opsagent.fixtures.Span` records; no I/O.
+on the wire. Pure functions over :class:`~opsagent.fixtures.Span` records (or their columns); no I/O.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from statistics import median
 
+import numpy as np
+
+from opsagent.analysis.columns import SpanColumns
 from opsagent.fixtures import Span, unix
 from opsagent.models import CallGap, Incident
 
@@ -22,38 +24,55 @@ MIN_CALLS = 3
 MAD_SCALE = 1.4826
 
 
-def call_gaps(spans: Sequence[Span], *, incident: Incident, service: str | None = None) -> list[CallGap]:
+def call_gaps(spans: Sequence[Span] | SpanColumns, *, incident: Incident, service: str | None = None) -> list[CallGap]:
     """Per caller -> callee edge, the median gap before and after onset.
 
     Before onset is the incident's baseline where the edge has calls enough there, else the calls
-    between the window's start and onset (a recording whose traces start shortly before onset)."""
-    by_id = {(s.trace_id, s.span_id): s for s in spans}
+    between the window's start and onset (a recording whose traces start shortly before onset). The
+    spans may come as columns (:class:`~opsagent.analysis.spans.SpanColumns`), read once for every
+    analysis of them; the gaps are computed over the arrays, each the same float as one span at a
+    time."""
+    columns = spans if isinstance(spans, SpanColumns) else SpanColumns.read(spans)
+    # a parent id that several spans of its trace have is its last one's
+    parent_of = columns.last_of(columns.own, columns.keys)
+    called = np.flatnonzero(columns.parent >= 0)
     # Only a parent with a single child is the caller's client span for that one call; a parent that
     # makes several calls (or is the caller's own server span) holds its own work and other calls too.
-    children: dict[tuple[str, str], int] = defaultdict(int)
-    for s in spans:
-        if s.parent_id:
-            children[(s.trace_id, s.parent_id)] += 1
+    children = np.bincount(columns.parent[called], minlength=columns.keys)
+    parent = parent_of[columns.parent[called]]
+    known = parent >= 0
+    called, parent = called[known], parent[known]
+    caller, callee = columns.service[parent], columns.service[called]
+    measured = (caller != callee) & (children[columns.parent[called]] == 1)
+    if service is not None:
+        code = columns.services.index(service) if service in columns.services else -1
+        measured &= (caller == code) | (callee == code)
+    called, parent, caller, callee = called[measured], parent[measured], caller[measured], callee[measured]
+    n_services = max(len(columns.services), 1)
+    edge = caller * n_services + callee
+    wait = columns.duration_us[parent] - columns.duration_us[called]
+    gap = np.where(wait > 0, wait, 0.0) / 1000.0
     b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
     w0, onset, w1 = unix(incident.window.start), unix(incident.onset), unix(incident.window.end)
-    baseline: dict[tuple[str, str], list[float]] = defaultdict(list)
-    pre: dict[tuple[str, str], list[float]] = defaultdict(list)
-    window: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for s in spans:
-        parent = by_id.get((s.trace_id, s.parent_id)) if s.parent_id else None
-        if parent is None or parent.service == s.service or children[(s.trace_id, parent.span_id)] != 1:
-            continue
-        if service is not None and service not in (parent.service, s.service):
-            continue
-        edge = (parent.service, s.service)
-        gap = max(parent.duration_us - s.duration_us, 0) / 1000.0
-        t = s.start_s
-        if onset <= t < w1:
-            window[edge].append(gap)
-        elif b0 <= t < b1:
-            baseline[edge].append(gap)
-        elif w0 <= t < onset:
-            pre[edge].append(gap)
+    t = columns.start[called]
+    in_window = (onset <= t) & (t < w1)
+    in_baseline = ~in_window & (b0 <= t) & (t < b1)
+    in_pre = ~in_window & ~in_baseline & (w0 <= t) & (t < onset)
+
+    def by_edge(where: np.ndarray) -> dict[tuple[str, str], list[float]]:
+        """The gaps of the selected calls, per edge, each list in span order."""
+        picked = np.flatnonzero(where)
+        if not picked.size:
+            return {}
+        ordered = picked[np.argsort(edge[picked], kind="stable")]
+        codes, first = np.unique(edge[ordered], return_index=True)
+        names = columns.services
+        return {
+            (names[code // n_services], names[code % n_services]): values.tolist()
+            for code, values in zip(codes.tolist(), np.split(gap[ordered], first[1:]), strict=True)
+        }
+
+    window, baseline, pre = by_edge(in_window), by_edge(in_baseline), by_edge(in_pre)
     out = []
     for edge in sorted(window):
         before = baseline.get(edge, [])

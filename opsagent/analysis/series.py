@@ -289,9 +289,8 @@ def peer_noise(
         typical = levels[len(levels) // 2]
         # Where the unit says nothing, a twentieth of the metric's typical level is as small as counts.
         floor = max(floors[key], PEER_FLOOR_SHARE * abs(typical), 1e-9)
-        jumps = sorted(
-            abs(math.log((max(b, 0.0) + floor) / (max(a, 0.0) + floor))) for run in runs for a, b in pairwise(run)
-        )
+        # each level floored once, not once for each of the two jumps it takes part in
+        jumps = sorted(abs(math.log(b / a)) for run in runs for a, b in pairwise([max(v, 0.0) + floor for v in run]))
         out[key] = PeerNoise(tuple(jumps), floor)
     return out
 

@@ -7,13 +7,13 @@ service that only waits on a slow callee shows no self-time shift. No I/O here.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from statistics import median
 
 import numpy as np
 
+from opsagent.analysis.columns import SpanColumns
 from opsagent.fixtures import Edge, Span, unix
 from opsagent.models import Incident, OperationStats, ServiceSpanStats, TracesData
 from opsagent.stats import safe_ratio
@@ -70,58 +70,25 @@ class SpanTimes:
             yield SpanTime(self.services[svc], self.operations[op], st, sm, tm, e, o, c)
 
 
-def _column(values: array[int] | array[float], dtype: type[np.generic]) -> np.ndarray:
-    return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)
-
-
-def span_times(spans: Iterable[Span]) -> SpanTimes:
-    """Each span's own time. ``spans`` is read once, into columns: a stream of spans (a generator over
-    a file) is never held whole, only a few numbers a span and the ids that link parents to children.
+def span_times(spans: Iterable[Span] | SpanColumns) -> SpanTimes:
+    """Each span's own time. ``spans`` is read once, into columns (:class:`SpanColumns`, or the
+    columns already read).
 
     The arithmetic runs over arrays (numpy), element by element in the same IEEE operations as one
     span at a time, so the results are the same to the last bit; only a span with two or more
     children walks their union in Python."""
-    service_codes: dict[str, int] = {}
-    operation_codes: dict[str, int] = {}
-    # Each (trace, span id) a span has or names as its parent gets a code: a trace that repeats a
-    # span id gives every span of that id the same children, as the lookup by id always did.
-    codes: dict[tuple[str, str], int] = {}
-    service, operation, own, parent = array("q"), array("q"), array("q"), array("q")
-    duration_us, failed = array("d"), array("b")
-    # starts in unix ns, divided as one array at the end; once one is not (RFC 3339, or beyond
-    # int64), every start is its start_s, as one span at a time
-    ns: array[int] | None = array("q")
-    seconds: array[float] = array("d")
-    for s in spans:
-        service.append(service_codes.setdefault(s.service, len(service_codes)))
-        operation.append(operation_codes.setdefault(s.operation, len(operation_codes)))
-        own.append(codes.setdefault((s.trace_id, s.span_id), len(codes)))
-        parent.append(codes.setdefault((s.trace_id, s.parent_id), len(codes)) if s.parent_id else -1)
-        duration_us.append(s.duration_us)
-        failed.append(s.status == "error")
-        if ns is not None and type(s.start) is int:
-            try:
-                ns.append(s.start)
-                continue
-            except OverflowError:
-                pass
-        if ns is not None:
-            seconds = array("d", [v / 1e9 for v in ns])
-            ns = None
-        seconds.append(s.start_s)
-    n = len(own)
-    start = _column(ns, np.int64) / 1e9 if ns is not None else _column(seconds, np.float64)
-    duration = _column(duration_us, np.float64)
+    columns = spans if isinstance(spans, SpanColumns) else SpanColumns.read(spans)
+    n = len(columns)
+    start, duration, error = columns.start, columns.duration_us, columns.error
     end = start + duration / 1e6
-    error = _column(failed, np.int8).astype(bool)
-    own_code, parent_code = _column(own, np.int64), _column(parent, np.int64)
+    own_code, parent_code = columns.own, columns.parent
     child_idx = np.flatnonzero(parent_code >= 0)
     # the children of each code, in span order: children[first[c] : first[c] + per_code[c]]
     children = child_idx[np.argsort(parent_code[child_idx], kind="stable")]
-    per_code = np.bincount(parent_code[child_idx], minlength=len(codes))
+    per_code = np.bincount(parent_code[child_idx], minlength=columns.keys)
     first = np.concatenate(([0], np.cumsum(per_code)[:-1]))
     count = per_code[own_code]
-    failing = np.zeros(len(codes), dtype=bool)
+    failing = np.zeros(columns.keys, dtype=bool)
     failing[parent_code[child_idx[error[child_idx]]]] = True
     covered = np.zeros(n)
     # one child: its interval clipped to the parent, as _union_length computes it
@@ -137,10 +104,10 @@ def span_times(spans: Iterable[Span]) -> SpanTimes:
         covered[i] = _union_length(intervals, start[i], end[i])
     left = end - start - covered
     return SpanTimes(
-        services=tuple(service_codes),
-        operations=tuple(operation_codes),
-        service=_column(service, np.int64),
-        operation=_column(operation, np.int64),
+        services=columns.services,
+        operations=columns.operations,
+        service=columns.service,
+        operation=columns.operation,
         start=start,
         self_ms=np.where(left < 0.0, 0.0, left) * 1000,
         total_ms=duration / 1000,
@@ -150,14 +117,18 @@ def span_times(spans: Iterable[Span]) -> SpanTimes:
     )
 
 
-def trace_edges(spans: Sequence[Span]) -> list[Edge]:
-    """Caller -> callee service pairs, from parent/child spans of different services."""
-    by_id = {(s.trace_id, s.span_id): s.service for s in spans}
-    pairs = {
-        (by_id[(s.trace_id, s.parent_id)], s.service)
-        for s in spans
-        if s.parent_id and (s.trace_id, s.parent_id) in by_id
-    }
+def trace_edges(spans: Iterable[Span] | SpanColumns) -> list[Edge]:
+    """Caller -> callee service pairs, from parent/child spans of different services (a parent id
+    that several spans of its trace have is its last one's)."""
+    columns = spans if isinstance(spans, SpanColumns) else SpanColumns.read(spans)
+    owner = columns.last_of(columns.own, columns.keys)
+    called = np.flatnonzero(columns.parent >= 0)
+    caller = owner[columns.parent[called]]
+    known = caller >= 0
+    caller, callee = columns.service[caller[known]], columns.service[called[known]]
+    n_services = max(len(columns.services), 1)
+    names = columns.services
+    pairs = {(names[p // n_services], names[p % n_services]) for p in np.unique(caller * n_services + callee).tolist()}
     return [Edge(caller=a, callee=b, source="traces") for a, b in sorted(pairs) if a != b]
 
 

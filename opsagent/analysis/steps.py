@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from opsagent.analysis.columns import SpanColumns
 from opsagent.fixtures import Span, unix
 from opsagent.logsummary.masking import Masker
 from opsagent.logsummary.mining import TemplateMiner
@@ -109,11 +109,22 @@ def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]
             tokens = masked[message] = masker.tokens(message)[0]
         return tokens
 
+    # likewise the code location a text names (a search of its prefix): each distinct text once
+    locations: dict[str, str] = {}  # "" for none: a location is never empty
+
+    def location(message: str) -> str | None:
+        where = locations.get(message)
+        if where is None:
+            if len(locations) >= masker.cache_size:
+                locations.clear()
+            where = locations[message] = code_location(message) or ""
+        return where or None
+
     miners: dict[str, TemplateMiner] = {}
     located: dict[tuple[str, str], str] = {}  # (component, code location) -> its step's label
     joined: list[tuple[float, str, str, int | str | None]] = []
     for ts, service, span_id, message in records:
-        where = code_location(message)
+        where = location(message)
         if where is not None:
             label = located.get((service, where))
             if label is None:
@@ -141,7 +152,7 @@ def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]
 
 
 def _transitions(
-    spans: Iterable[Span],
+    spans: SpanColumns,
     lines: Iterable[StepLine],
     *,
     onset: float,
@@ -156,62 +167,47 @@ def _transitions(
     makes (at each callee's start), in time order, then END; a parent outside the recording has no
     steps of its own. Spans, components and steps are coded as numbers, and the steps ordered and their
     pairs counted as arrays (numpy): a large recording has hundreds of thousands of spans and a few
-    thousand distinct steps, and a list of step labels per span set the peak of its investigation."""
-    ids: dict[str, int] = {}  # span id -> its number
-    services: dict[str, int] = {}  # component -> its number
-    # by span number: its component's number (-1 for a span known only as a parent) and when it began
-    owner, began = array("q"), array("d")
+    thousand distinct steps, and a list of step labels per span set the peak of its investigation. The
+    spans come as columns (:class:`~opsagent.analysis.spans.SpanColumns`), read once for every
+    analysis of them."""
+    ids = {span_id: code for code, span_id in enumerate(spans.span_ids)}  # span id -> its number
+    services = {service: code for code, service in enumerate(spans.services)}  # component -> its number
     labels: dict[str, int] = {}  # step label -> its number
-    serves: dict[str, int] = {}
-    calls: dict[tuple[str, str], int] = {}
-    logs: dict[str, int] = {}
-    ev_span, ev_t, ev_kind, ev_label = array("i"), array("d"), array("b"), array("i")
-    for s in spans:
-        t = s.start_s
-        op = s.operation
-        served = serves.get(op)
-        if served is None:
-            served = serves[op] = labels.setdefault(f"serves {op}", len(labels))
-        code = ids.setdefault(s.span_id, len(ids))
-        ev_span.append(code)
-        ev_t.append(t)
-        ev_kind.append(0)
-        ev_label.append(served)
-        service = services.setdefault(s.service, len(services))
-        if code == len(owner):
-            owner.append(service)
-            began.append(t)
-        else:  # a span seen before as a parent (or a span id given twice: the last one owns it)
-            owner[code] = service
-            began[code] = t
-        if s.parent_id:
-            key = (s.service, op)
-            call = calls.get(key)
-            if call is None:
-                call = calls[key] = labels.setdefault(f"calls {s.service} {op}", len(labels))
-            parent = ids.setdefault(s.parent_id, len(ids))
-            if parent == len(owner):
-                owner.append(-1)
-                began.append(0.0)
-            ev_span.append(parent)
-            ev_t.append(t)
-            ev_kind.append(2)
-            ev_label.append(call)
-    for line in lines:
-        logged = logs.get(line.template)
-        if logged is None:
-            logged = logs[line.template] = labels.setdefault(f"logs {line.template}", len(labels))
-        code = ids.setdefault(line.span_id, len(ids))
-        ev_span.append(code)
-        ev_t.append(line.ts)
-        ev_kind.append(1)
-        ev_label.append(logged)
-        if code == len(owner):
-            owner.append(services.setdefault(line.service, len(services)))
-            began.append(line.ts)
-        elif owner[code] < 0:
-            owner[code] = services.setdefault(line.service, len(services))
-            began[code] = line.ts
+    served = [labels.setdefault(f"serves {op}", len(labels)) for op in spans.operations]
+    serves = np.array(served, dtype=np.int32)[spans.operation]
+    # the calls: a span with a parent is a step of its parent's, at its own start
+    child = np.flatnonzero(spans.parent_id >= 0)
+    n_ops = max(len(spans.operations), 1)
+    callee, called = np.unique(spans.service[child] * n_ops + spans.operation[child], return_inverse=True)
+    calls = [
+        labels.setdefault(f"calls {spans.services[c // n_ops]} {spans.operations[c % n_ops]}", len(labels))
+        for c in callee.tolist()
+    ]
+    held = lines if isinstance(lines, Sequence) else list(lines)
+    logs = {t: labels.setdefault(f"logs {t}", len(labels)) for t in dict.fromkeys(line.template for line in held)}
+    logged = np.fromiter((logs[line.template] for line in held), dtype=np.int32, count=len(held))
+    line_span = np.fromiter((ids.setdefault(line.span_id, len(ids)) for line in held), np.int64, len(held))
+    line_t = np.fromiter((line.ts for line in held), dtype=np.float64, count=len(held))
+    # by span number: its component's number (-1 for a span known only as a parent) and when it began;
+    # a span id given twice is owned by its last span, one that no span has by its first line
+    last = spans.last_of(spans.span_id, len(ids))
+    owned = np.flatnonzero(last >= 0)
+    owner = np.full(len(ids), -1, dtype=np.int64)
+    began = np.zeros(len(ids), dtype=np.float64)
+    owner[owned], began[owned] = spans.service[last[owned]], spans.start[last[owned]]
+    codes, first = np.unique(line_span, return_index=True)
+    unowned = owner[codes] < 0
+    codes, first = codes[unowned], first[unowned]
+    owner[codes] = [services.setdefault(held[i].service, len(services)) for i in first.tolist()]
+    began[codes] = line_t[first]
+    del last, owned, codes, first, unowned
+    ev_span = np.concatenate((spans.span_id, spans.parent_id[child], line_span))
+    ev_t = np.concatenate((spans.start, spans.start[child], line_t))
+    ev_kind = np.concatenate(
+        (np.zeros(len(spans), dtype=np.int8), np.full(len(child), 2, dtype=np.int8), np.ones(len(held), dtype=np.int8))
+    )
+    ev_label = np.concatenate((serves, np.array(calls, dtype=np.int32)[called].reshape(-1), logged))
+    del served, serves, child, callee, called, line_span, line_t, logged
     end = labels.setdefault(END, len(labels))
     if not ids:
         return Counter()
@@ -219,13 +215,9 @@ def _transitions(
     # a span's steps in the order of (time, kind, label), as the tuples (t, kind, label) sort
     rank = np.empty(len(texts), dtype=np.int32)
     rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
-    span = np.frombuffer(ev_span, dtype=np.int32)
-    label = np.frombuffer(ev_label, dtype=np.int32)
-    order = np.lexsort(
-        (rank[label], np.frombuffer(ev_kind, dtype=np.int8), np.frombuffer(ev_t, dtype=np.float64), span)
-    )
-    span, label = span[order], label[order]
-    del order, ev_t, ev_kind
+    order = np.lexsort((rank[ev_label], ev_kind, ev_t, ev_span))
+    span, label = ev_span[order], ev_label[order]
+    del order, ev_t, ev_kind, ev_span, ev_label
     following = np.empty_like(label)
     following[:-1] = label[1:]
     last = np.ones(len(span), dtype=bool)
@@ -233,8 +225,7 @@ def _transitions(
     following[last] = end
     # each span's period (0 after, 1 baseline, 2 before onset) and component as one number; -1 for a
     # span in no period, or a parent outside the recording
-    component = np.frombuffer(owner, dtype=np.int64)
-    start = np.frombuffer(began, dtype=np.float64)
+    component, start = owner, began
     period = np.full(len(ids), -1, dtype=np.int64)
     (w0, w1), (b0, b1) = window, baseline
     period[(w0 <= start) & (start < onset)] = 2
@@ -257,19 +248,26 @@ def _transitions(
     return counted_pairs
 
 
-def _client_calls(spans: Sequence[Span]) -> dict[str, set[str]]:
+def _client_calls(spans: SpanColumns) -> dict[str, set[str]]:
     """Per component, its call steps that are client spans of a call to another component: a span of
     the component, under one of its own, whose child is served elsewhere (an instrumented client, as
     OpenTelemetry's gRPC and HTTP clients record each call). What follows such a step is the other
     component's answer, as for a call recorded by the callee's span alone."""
-    service_of = {s.span_id: s.service for s in spans}
-    served_elsewhere = {
-        s.parent_id for s in spans if s.parent_id and service_of.get(s.parent_id, s.service) != s.service
-    }
+    ids = len(spans.span_ids)
+    last = spans.last_of(spans.span_id, ids)  # a span id given twice is its last span's
+    owner = np.full(ids, -1, dtype=np.int64)
+    known = last >= 0
+    owner[known] = spans.service[last[known]]
+    child = np.flatnonzero(spans.parent_id >= 0)
+    above = owner[spans.parent_id[child]]
+    elsewhere = np.zeros(ids, dtype=bool)
+    elsewhere[spans.parent_id[child][(above >= 0) & (above != spans.service[child])]] = True
+    client = np.flatnonzero(elsewhere[spans.span_id] & (spans.parent_id >= 0))
+    client = client[owner[spans.parent_id[client]] == spans.service[client]]
     out: dict[str, set[str]] = defaultdict(set)
-    for s in spans:
-        if s.span_id in served_elsewhere and s.parent_id and service_of.get(s.parent_id) == s.service:
-            out[s.service].add(f"calls {s.service} {s.operation}")
+    for service, operation in set(zip(spans.service[client].tolist(), spans.operation[client].tolist(), strict=True)):
+        name = spans.services[service]
+        out[name].add(f"calls {name} {spans.operations[operation]}")
     return out
 
 
@@ -338,7 +336,9 @@ def _branched(
     return branch / gained if gained > 0 else 0.0
 
 
-def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, incident: Incident) -> list[StepShortfall]:
+def step_shortfalls(
+    spans: Sequence[Span] | SpanColumns, lines: Iterable[StepLine], *, incident: Incident
+) -> list[StepShortfall]:
     """Per component, the step whose expected successor went missing most clearly after onset.
 
     Before onset is the incident's baseline where the step was taken often enough there, else the spans
@@ -355,9 +355,9 @@ def step_shortfalls(spans: Sequence[Span], lines: Iterable[StepLine], *, inciden
         p: defaultdict(Counter) for p in ("baseline", "pre", "after")
     }
     seen: dict[str, dict[str, Counter[str]]] = {p: defaultdict(Counter) for p in ("baseline", "pre", "after")}
-    spans = spans if isinstance(spans, list) else list(spans)
-    counted = _transitions(spans, lines, onset=onset, window=(w0, w1), baseline=(b0, b1))
-    client = _client_calls(spans)
+    columns = spans if isinstance(spans, SpanColumns) else SpanColumns.read(spans)
+    counted = _transitions(columns, lines, onset=onset, window=(w0, w1), baseline=(b0, b1))
+    client = _client_calls(columns)
     for (period, service, a, b), n in counted.items():
         pairs[period][service][(a, b)] += n
         seen[period][service][a] += n

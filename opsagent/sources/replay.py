@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Literal
 
 from opsagent.analysis.changes import change_records
+from opsagent.analysis.columns import SpanColumns
 from opsagent.analysis.gaps import call_gaps
 from opsagent.analysis.logs import post_onset, text_pattern
 from opsagent.analysis.series import (
@@ -206,12 +207,17 @@ class ReplayTraces:
         self._measured: dict[tuple[object, ...], tuple[list[CallGap], list[StepShortfall]]] = {}
 
     @cached_property
+    def _columns(self) -> SpanColumns:
+        """The recording's spans as columns, read once for every analysis of them."""
+        return SpanColumns.read(self.recording.traces)
+
+    @cached_property
     def _spans(self) -> SpanTimes:
-        return span_times(self.recording.traces)
+        return span_times(self._columns)
 
     @cached_property
     def _edges(self) -> list[Edge]:
-        return trace_edges(self.recording.traces)
+        return trace_edges(self._columns)
 
     async def topology(self, *, incident: Incident) -> list[Edge]:
         return self._edges
@@ -232,10 +238,9 @@ class ReplayTraces:
         key = (incident.onset, incident.window, incident.baseline)
         measured = self._measured.get(key)
         if measured is None:  # once per incident: a summary of one service is the whole, filtered
-            traces = self.recording.traces
             measured = self._measured[key] = (
-                call_gaps(traces, incident=incident),
-                step_shortfalls(traces, self._step_lines, incident=incident),
+                call_gaps(self._columns, incident=incident),
+                step_shortfalls(self._columns, self._step_lines, incident=incident),
             )
         gaps, steps = measured
         if service is not None:
