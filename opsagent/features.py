@@ -188,10 +188,11 @@ def _one(obs: Observation, s: SeriesStats) -> Observation:
 def _metric_features(
     profiles: dict[str, Profile], obs: Observation, data: MetricsData, incident: Incident, changed: frozenset[str]
 ) -> None:
-    between = {(e.caller, e.callee, metric_of(e.client)) for e in failing_between(data)}
+    failing = failing_between(data) if ranking.on("path_failing") else []
+    between = {(e.caller, e.callee, metric_of(e.client)) for e in failing}
     for s in data.stats:
         ctx = Context(incident=incident, service=s.component)
-        if s.side == "client" and (s.caller, s.component, metric_of(s)) in between and ranking.on("path_failing"):
+        if s.side == "client" and (s.caller, s.component, metric_of(s)) in between:
             continue  # calls the callee served: they failed at the caller's end or on the wire
         if s.direction not in ("up", "down"):
             at_limit = s.limit_fraction is not None and evaluate(AT_LIMIT, _one(obs, s), ctx).met
@@ -218,7 +219,7 @@ def _metric_features(
         if s.limit_fraction is not None and evaluate(AT_LIMIT, single, ctx).met:
             profiles[s.component].add(f"near_limit:{s.signal}", 1.0, obs, f"{s.signal} at its limit")
     _path_features(profiles, obs, data, incident, changed)
-    _failing_end_features(profiles, obs, data)
+    _failing_end_features(profiles, obs, failing)
 
 
 #: A caller whose calls to at least this many callees failed at its own end (each callee served them)
@@ -226,13 +227,12 @@ def _metric_features(
 FAILING_END_LINKS = 2
 
 
-def _failing_end_features(profiles: dict[str, Profile], obs: Observation, data: MetricsData) -> None:
-    """A caller whose calls to several callees failed at its own end while each callee served them
-    all: its client fails them (a configuration pushed to it, new code calling a wrong endpoint)."""
-    if not ranking.on("path_failing"):
-        return
+def _failing_end_features(profiles: dict[str, Profile], obs: Observation, failing: list[SlowEdge]) -> None:
+    """A caller whose calls to several callees failed at its own end (``failing``: the edges that did,
+    :func:`~opsagent.analysis.edges.failing_between`) while each callee served them all: its client
+    fails them (a configuration pushed to it, new code calling a wrong endpoint)."""
     by_caller: dict[str, list[SlowEdge]] = defaultdict(list)
-    for e in failing_between(data):
+    for e in failing:
         by_caller[e.caller].append(e)
     for caller, edges in sorted(by_caller.items()):
         callees = sorted({e.callee for e in edges})

@@ -215,16 +215,16 @@ def _nothing_to_compare(
             old_pods=sorted(p for v in versions for p in pods.get(v, [])),
             notes=notes,
         )
-        if silent_min >= UNSEEN_AFTER_MIN and called is not None and called < unix(first_step) + UNSEEN_AFTER_MIN * 60:
-            # Its old version's calls stopped too: nothing reached the service (a caller failing before
-            # it calls), so no pod of either version had anything to report.
-            reason = (
-                f"{rollout.to_version} reports no sample after its rollout's first step at "
-                f"{ts(unix(first_step)):%H:%M}, but nothing calls {service} since {ts(called):%H:%M} "
-                f"({', '.join(versions)}'s calls stop too): its silence says nothing of the release"
-            )
-            return VersionsData(**base, verdict="unknown", reason=reason)
         if silent_min >= UNSEEN_AFTER_MIN:
+            if called is not None and called < unix(first_step) + UNSEEN_AFTER_MIN * 60:
+                # Its old version's calls stopped too: nothing reached the service (a caller failing
+                # before it calls), so no pod of either version had anything to report.
+                reason = (
+                    f"{rollout.to_version} reports no sample after its rollout's first step at "
+                    f"{ts(unix(first_step)):%H:%M}, but nothing calls {service} since {ts(called):%H:%M} "
+                    f"({', '.join(versions)}'s calls stop too): its silence says nothing of the release"
+                )
+                return VersionsData(**base, verdict="unknown", reason=reason)
             reason = (
                 f"{rollout.to_version} reports no sample {silent_min:.0f} min after its rollout's first step at "
                 f"{ts(unix(first_step)):%H:%M}, while {', '.join(versions)} does: its pods are not serving or not "
@@ -256,10 +256,7 @@ def failing_since(calls: Sequence[MetricSeries], *, service: str, since: float, 
     worse than every sample before by at least the metric's smallest effect. One whose calls to another
     callee fail has its failure explained by that callee (its own figures show it), not by an answer
     that was wrong."""
-    callers = sorted(
-        {s.labels["caller"] for s in calls if s.labels.get("callee") == service and s.labels.get("caller")}
-    )
-    for caller in callers:
+    for caller in sorted(caller_names(calls, service)):
         into = [s for s in calls if s.labels.get("callee") == caller]
         out = [s for s in calls if s.labels.get("caller") == caller and s.labels.get("callee") != service]
         moved = next((m for s in sorted(into, key=_order) if (m := _began_failing(s, since, end, strict=True))), None)

@@ -10,7 +10,7 @@ readers do, and they are read-only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar
 
@@ -71,6 +71,11 @@ def _incident_key(incident: Incident) -> str:
     return f"{incident.id}|{incident.onset.isoformat()}|{incident.baseline.start.isoformat()}"
 
 
+def _unique(answers: Iterable[Sequence[MetricSeries]]) -> list[MetricSeries]:
+    """The series of several answers, each once (by name and labels)."""
+    return list({(s.name, tuple(sorted(s.labels.items()))): s for found in answers for s in found}.values())
+
+
 class LiveMetrics:
     def __init__(
         self, reader: MetricsReader, *, catalog: SignalCatalog, scan_catalog: SignalCatalog | None = None
@@ -125,8 +130,7 @@ class LiveMetrics:
         if pods:
             queries.append(f'{{pod=~"{"|".join(pods)}"}}')  # pod names are DNS labels: no quoting needed
         answers = await asyncio.gather(*(self.reader.series(query=q, start=start, end=end) for q in queries))
-        unique = {(s.name, tuple(sorted(s.labels.items()))): s for found in answers for s in found}
-        mine = [s for s in unique.values() if component_of(s.labels, {service}) == service or pod_of(s.labels) in pods]
+        mine = [s for s in _unique(answers) if component_of(s.labels, {service}) == service or pod_of(s.labels) in pods]
         # The calls into and out of its callers: a release that answers wrongly fails them, not itself.
         callers = "|".join(sorted(caller_names(mine, service)))  # service names are DNS labels, like pods
         calls: list[MetricSeries] = []
@@ -137,7 +141,7 @@ class LiveMetrics:
                     for side in ("callee", "caller")
                 )
             )
-            calls = list({(s.name, tuple(sorted(s.labels.items()))): s for part in found for s in part}.values())
+            calls = _unique(found)
         return compare_versions(mine, service=service, incident=incident, rollout=rollout, callers=calls)
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
