@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
-from opsagent.analysis.gaps import MIN_CALLS, calls_into
+from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, calls_into
 from opsagent.analysis.steps import MIN_STEPS
-from opsagent.models import LogsData, MetricsData, Observation, TracesData
+from opsagent.models import CallGap, LogsData, MetricsData, Observation, TracesData
 
 MIN_CALLS_TEXT = f"at least {MIN_CALLS}"
 
@@ -73,7 +73,7 @@ class Detector:
 CAPACITY = Detector("capacity", "share of the limit", floor=0.02, minimum=0.2)
 #: The gap of calls into a component: a spread of less than 5 ms no caller notices, and at least 20 ms
 #: more per call must be lost on the way in.
-CALLS_IN = Detector("calls_in", "ms", floor=5.0, minimum=20.0)
+CALLS_IN = Detector("calls_in", "ms", floor=5.0, minimum=GAP_MIN_MS)
 
 #: Lines per minute of new error templates of the component's own making (none naming a dependency's
 #: failure): a spread under a line every two minutes is noise, and at least that many must be new.
@@ -220,10 +220,14 @@ def calls_in_findings(observations: Iterable[Observation], *, saturated: frozens
 
     Calls from a ``saturated`` caller (out of a CALLER_SIDE capacity) do not count: a starved caller
     reads its answers late, or waits for a connection inside the call, without the wire's help."""
-    best, obs_id = _fullest(observations, lambda d: len(d.call_gaps))
-    if best is None:
+    observations = list(observations)
+    best, traced = _fullest(observations, lambda d: len(d.call_gaps))
+    measured = {(g.caller, g.callee): (g, traced) for g in best.call_gaps} if best is not None else {}
+    for edge, found in _metric_gaps(observations).items():
+        measured.setdefault(edge, found)  # an edge traced call by call is read from its calls
+    if not measured:
         return []
-    kept = [g for g in best.call_gaps if g.caller not in saturated]
+    kept = [g for _, (g, _) in sorted(measured.items()) if g.caller not in saturated]
     values: dict[str, tuple[float, str, str]] = {}
     for component in sorted({g.callee for g in kept}):
         inbound, own_out = calls_into(kept, component)
@@ -233,8 +237,20 @@ def calls_in_findings(observations: Iterable[Observation], *, saturated: frozens
             f"calls into {component} spend {top.shift_ms:+.0f} ms more between the ends (from {top.caller}; "
             f"{slowed} of {len(inbound)} callers slowed), its own outbound calls {own_out:+.0f} ms"
         )
-        values[component] = (top.shift_ms - own_out, obs_id, why)
+        values[component] = (top.shift_ms - own_out, measured[(top.caller, component)][1], why)
     return judged(CALLS_IN, "mech:calls_in", values)
+
+
+def _metric_gaps(observations: Iterable[Observation]) -> dict[tuple[str, str], tuple[CallGap, str]]:
+    """The gaps of call edges whose latency is measured at both ends (the first read of each), with the
+    observation that holds it."""
+    out: dict[tuple[str, str], tuple[CallGap, str]] = {}
+    for obs in observations:
+        if obs.ok and isinstance(obs.data, MetricsData):
+            for s in obs.data.stats:
+                if s.gap is not None and (s.gap.caller, s.gap.callee) not in out:
+                    out[(s.gap.caller, s.gap.callee)] = (s.gap, obs.id)
+    return out
 
 
 def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:

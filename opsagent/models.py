@@ -204,6 +204,23 @@ class Action(Frozen):
         return f"{self.tool}({parts})"
 
 
+class CallGap(Frozen):
+    """The time a call spends between the two ends of an edge: the caller's client span less the
+    callee's server span (the wire, queues in front of the callee's handler), before and after onset."""
+
+    caller: str
+    callee: str
+    calls_baseline: int
+    calls_window: int
+    gap_ms_baseline: float = Field(description="median gap of the calls before onset")
+    gap_ms_window: float = Field(description="median gap of the calls after onset")
+    spread_ms_baseline: float = Field(description="how much the gap varies before onset (scaled MAD)")
+
+    @property
+    def shift_ms(self) -> float:
+        return self.gap_ms_window - self.gap_ms_baseline
+
+
 class SeriesStats(Frozen):
     """A metric signal of one component: incident window against its baseline."""
 
@@ -245,6 +262,11 @@ class SeriesStats(Frozen):
         default=None,
         description="since when every sample up to onset has been shifted the way it moved (none where the "
         "last sample before onset was not)",
+    )
+    gap: CallGap | None = Field(
+        default=None,
+        description="for the caller's side of a call edge's latency measured at both ends: the caller's "
+        "view less the callee's, paired sample by sample (ms; calls_* count the paired samples)",
     )
 
 
@@ -378,23 +400,6 @@ class OperationStats(Frozen):
     p95_ms: float
     self_p95_ms: float
     count: int
-
-
-class CallGap(Frozen):
-    """The time a call spends between the two ends of an edge: the caller's client span less the
-    callee's server span (the wire, queues in front of the callee's handler), before and after onset."""
-
-    caller: str
-    callee: str
-    calls_baseline: int
-    calls_window: int
-    gap_ms_baseline: float = Field(description="median gap of the calls before onset")
-    gap_ms_window: float = Field(description="median gap of the calls after onset")
-    spread_ms_baseline: float = Field(description="how much the gap varies before onset (scaled MAD)")
-
-    @property
-    def shift_ms(self) -> float:
-        return self.gap_ms_window - self.gap_ms_baseline
 
 
 class StepShortfall(Frozen):

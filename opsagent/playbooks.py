@@ -24,10 +24,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from opsagent import kubestate
 from opsagent.analysis.changes import last_move_before
 from opsagent.analysis.edges import SLOW_LINKS_SHARE, Links, links_of
-from opsagent.analysis.gaps import calls_into
+from opsagent.analysis.gaps import calls_into, gap_grew
 from opsagent.errors import PlaybookError, Problem
 from opsagent.logsummary import FAMILIES
-from opsagent.mechanisms import CALLS_IN
 from opsagent.models import (
     ArgValue,
     CallGap,
@@ -762,9 +761,6 @@ def _span_stats(obs: Observation, ctx: Context) -> ServiceSpanStats | None:
     return next((s for s in obs.data.services if s.service == ctx.service), None)
 
 
-#: A call edge slowed between its ends when its gap grew by this many of its own spreads before
-#: onset, and by at least opsagent.mechanisms.CALLS_IN.minimum.
-GAP_SPREADS = 3.0
 #: The share of a component's measured callers whose calls into it must have slowed.
 CALLERS_SHARE = 0.5
 
@@ -777,13 +773,9 @@ def _calls_in(obs: Observation, ctx: Context) -> tuple[list[CallGap], float] | N
     return (inbound, own_out) if inbound else None
 
 
-def _gap_slowed(g: CallGap, own_out: float) -> bool:
-    return g.shift_ms - own_out >= max(CALLS_IN.minimum, GAP_SPREADS * g.spread_ms_baseline)
-
-
 def _calls_in_text(inbound: list[CallGap], own_out: float, ctx: Context) -> str:
     top = max(inbound, key=lambda g: (g.shift_ms, g.caller))
-    slowed = sum(1 for g in inbound if _gap_slowed(g, own_out))
+    slowed = sum(1 for g in inbound if gap_grew(g, own_out))
     return (
         f"{slowed} of {len(inbound)} callers' calls into {ctx.service} slowed between the ends; the most, from "
         f"{top.caller}: {fmt(top.gap_ms_baseline)} -> {fmt(top.gap_ms_window)} ms; its own outbound calls "
@@ -800,7 +792,7 @@ def _calls_in_slow(exp: Expectation, obs: Observation, ctx: Context) -> Outcome:
     inbound, own_out = found
     # From most of its measured callers: one slow caller alone (a caller starved of CPU reads its
     # answers late) does not place the delay at the component.
-    slowed = sum(1 for g in inbound if _gap_slowed(g, own_out))
+    slowed = sum(1 for g in inbound if gap_grew(g, own_out))
     return Outcome(slowed > 0 and slowed >= CALLERS_SHARE * len(inbound), _calls_in_text(inbound, own_out, ctx))
 
 

@@ -26,7 +26,7 @@ from adapters.sourceconfig import SourcesConfig
 from opsagent.catalog import SignalCatalog, default_catalog
 from opsagent.doctor import check
 from opsagent.errors import AnswerTooLarge, QueryRejected, SourceAuthFailed, SourceUnavailable
-from opsagent.fixtures import Recording, load, validate
+from opsagent.fixtures import MetricSeries, Recording, load, validate
 from opsagent.incident import open_incident
 from opsagent.loop import Budget
 from opsagent.models import Action, ErrorData, Incident, MetricsData
@@ -458,3 +458,31 @@ def test_live_version_comparison_asks_the_callers_calls_as_the_replay_does(
         live = LiveMetrics(_reader(srv.url), catalog=catalog)
         got = asyncio.run(live.versions(incident=incident, service="payment-service", rollout=rollout))
     assert got == want
+
+
+def test_live_scan_pairs_both_ends_of_a_call_edge_as_the_replay_does(
+    recording: Recording, catalog: SignalCatalog, tmp_path: Path
+) -> None:
+    # One edge measured at both ends, a minute apart from the recording's start: the callee's time
+    # wanders, the caller's view is the same plus the wire, 0.3 s more of it from onset on.
+    start, end = recording.window.start.timestamp(), recording.window.end.timestamp()
+    onset = recording.alert.starts_at.timestamp()
+    times = [start + 60.0 * i for i in range(int((end - start) // 60) + 1)]
+    served = [0.1 + 0.4 * ((i * 7) % 5) / 4 for i in range(len(times))]
+    wire = [0.3 if t >= onset else 0.001 for t in times]
+
+    def edge(side: str, values: list[float]) -> MetricSeries:
+        labels = {"__name__": "edge_latency_seconds", "caller": "web", "callee": "orders", "side": side}
+        return MetricSeries(labels=labels, samples=list(zip(times, values, strict=True)))
+
+    client = [s + w for s, w in zip(served, wire, strict=True)]
+    rec = recording.model_copy(update={"metrics": [*recording.metrics, edge("client", client), edge("server", served)]})
+    incident = _incident(rec)
+    replay = replay_sources(rec, catalog).metrics
+    assert replay is not None
+    with prometheus(rec, tmp_path) as srv:
+        got = asyncio.run(LiveMetrics(_reader(srv.url), catalog=catalog).scan(incident=incident))
+    want = asyncio.run(replay.scan(incident=incident))
+    gaps = [s.gap for s in got if s.gap is not None]
+    assert gaps == [s.gap for s in want if s.gap is not None]
+    assert [(g.caller, g.callee, g.gap_ms_baseline, g.gap_ms_window) for g in gaps] == [("web", "orders", 1.0, 300.0)]

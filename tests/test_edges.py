@@ -6,8 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from opsagent.analysis.edges import links_of, slow_paths
+from opsagent.analysis.series import ScanGroup, partners, scan_stats
+from opsagent.catalog import default_catalog
 from opsagent.features import profiles_from
 from opsagent.incident import open_incident
+from opsagent.mechanisms import calls_in_findings
 from opsagent.models import (
     Action,
     Alert,
@@ -164,3 +167,64 @@ def test_calls_the_callee_served_that_failed_at_the_callers_end_are_not_the_call
     one = [s for s in stats if '"cart"' in s.query]
     alone = profiles_from([_observed(MetricsData(stats=one), "metrics.scan", SourceKind.metrics)], incident)
     assert "net:path_failing" not in alone["checkout"].features
+
+
+def _minutely(values: list[float], *, end: datetime) -> list[tuple[float, float]]:
+    """One sample a minute, the last at ``end``."""
+    last = end.timestamp()
+    return [(last - 60.0 * (len(values) - 1 - i), v) for i, v in enumerate(values)]
+
+
+def _edge_groups(
+    client: list[float], server: list[float], *, members: int = 1, metric: str = "edge_latency_seconds"
+) -> list[ScanGroup]:
+    end = ONSET + timedelta(minutes=4)
+    return [
+        ScanGroup("cart", metric, "front", [_minutely(client, end=end)] * members, side="client"),
+        ScanGroup("cart", metric, "front", [_minutely(server, end=end)] * members, side="server"),
+    ]
+
+
+def _scanned(groups: list[ScanGroup]) -> MetricsData:
+    incident = _front_incident("FrontLatency")
+    other_end = partners(groups)
+    catalog = default_catalog()
+    return MetricsData(
+        stats=[
+            scan_stats(g, catalog=catalog, incident=incident, limit=None, partner=other_end.get(i))
+            for i, g in enumerate(groups)
+        ]
+    )
+
+
+#: Both ends' view of the calls, half an hour before onset and five minutes after: the callee's
+#: time wanders widely (0.1-0.9 s, once 3 s), and the caller sees it plus a millisecond of wire.
+_SERVED = [0.1, 0.5, 0.2, 0.9, 0.15, 0.4, 3.0, 0.3, 0.2, 0.6] * 3 + [0.3, 0.2, 0.5, 0.4, 0.2]
+_WIRE_BEFORE = [0.001] * 30
+
+
+def test_both_ends_paired_sample_by_sample_show_a_delay_on_the_wire_either_view_alone_hides() -> None:
+    client = [s + w for s, w in zip(_SERVED, _WIRE_BEFORE + [0.3] * 5, strict=True)]
+    data = _scanned(_edge_groups(client, _SERVED))
+    caller_side = next(s for s in data.stats if s.side == "client")
+    assert caller_side.direction == "flat"  # alone, 0.3 s more is within what the callee's time wanders
+    assert caller_side.gap is not None
+    assert caller_side.gap.gap_ms_baseline == 1.0 and caller_side.gap.gap_ms_window == 300.0
+    assert [(e.caller, e.callee) for e in slow_paths(data)] == [("front", "cart")]
+    found = calls_in_findings([_observed(data, "metrics.scan", SourceKind.metrics)])
+    assert [(f.component, f.value, f.observation) for f in found] == [("cart", 299.0, "metrics.scan-1")]
+
+
+def test_a_callee_slower_in_its_own_view_leaves_the_gap_between_the_ends_as_it_was() -> None:
+    served = _SERVED[:30] + [v + 0.3 for v in _SERVED[30:]]
+    client = [s + 0.001 for s in served]
+    data = _scanned(_edge_groups(client, served))
+    assert slow_paths(data) == []
+    assert next(s for s in data.stats if s.side == "client").gap.shift_ms == 0.0  # type: ignore[union-attr]
+
+
+def test_aggregates_of_several_series_or_a_measure_of_no_time_are_not_paired() -> None:
+    client = [s + w for s, w in zip(_SERVED, _WIRE_BEFORE + [0.3] * 5, strict=True)]
+    pods = _scanned(_edge_groups(client, _SERVED, members=2))  # pods or versions: whose calls is unknown
+    counts = _scanned(_edge_groups(client, _SERVED, metric="edge_requests_total"))
+    assert all(s.gap is None for s in pods.stats + counts.stats)

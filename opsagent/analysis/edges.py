@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from opsagent.analysis.gaps import gap_grew
 from opsagent.models import MetricsData, SeriesStats
 from opsagent.naming import bad_way, meaning_of
 
@@ -49,7 +50,14 @@ def slow_paths(data: MetricsData) -> list[SlowEdge]:
     out = []
     for (caller, callee, _), pair in sorted(measured_edges(data).items()):
         client, server = pair.get("client"), pair.get("server")
-        if client is None or server is None or client.direction != "up" or client.mean_ratio is None:
+        if client is None or server is None:
+            continue
+        # The two views paired sample by sample: what they share cancels out, so the time lost between
+        # them shows even where either view alone is too noisy to judge.
+        if client.gap is not None and gap_grew(client.gap):
+            out.append(SlowEdge(caller, callee, client, server))
+            continue
+        if client.direction != "up" or client.mean_ratio is None:
             continue
         # How far the callee's own view moved, judged significant or not: a rise as large at the callee
         # is the callee's, whatever its noise made of it.

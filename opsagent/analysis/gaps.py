@@ -22,6 +22,11 @@ from opsagent.models import CallGap, Incident
 MIN_CALLS = 3
 #: Scale of the median absolute deviation to a standard deviation, for normally spread values.
 MAD_SCALE = 1.4826
+#: A call edge's gap grew when it rose by this many of its own spreads before onset, and by at least
+#: GAP_MIN_MS: a spread under which the gap wanders anyway, and the least extra time per call a caller
+#: notices.
+GAP_SPREADS = 3.0
+GAP_MIN_MS = 20.0
 
 
 def call_gaps(spans: Sequence[Span] | SpanColumns, *, incident: Incident, service: str | None = None) -> list[CallGap]:
@@ -102,3 +107,9 @@ def calls_into(gaps: Sequence[CallGap], component: str) -> tuple[list[CallGap], 
     inbound = [g for g in gaps if g.callee == component]
     outbound = max((g.shift_ms for g in gaps if g.caller == component), default=0.0)
     return inbound, max(outbound, 0.0)
+
+
+def gap_grew(gap: CallGap, own_out: float = 0.0) -> bool:
+    """Whether an edge's calls lose more time between its ends than before onset, beyond their own noise
+    and beyond what the callee's own outbound calls lost (``own_out``, ms)."""
+    return gap.shift_ms - own_out >= max(GAP_MIN_MS, GAP_SPREADS * gap.spread_ms_baseline)

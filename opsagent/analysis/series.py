@@ -22,7 +22,8 @@ from typing import Literal
 from opsagent import ranking
 from opsagent.catalog import SignalCatalog
 from opsagent.fixtures import MetricSeries, SignalDef, unix
-from opsagent.models import Incident, SeriesStats
+from opsagent.models import CallGap, Incident, SeriesStats
+from opsagent.naming import meaning_of
 from opsagent.stats import (
     NEAR_CEILING,
     SHORT_REFERENCE_RATIO,
@@ -35,6 +36,7 @@ from opsagent.stats import (
     normal_runs,
     reference,
     safe_ratio,
+    sampling_step,
     shift_direction,
     this_period,
     ts,
@@ -209,9 +211,79 @@ def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> lis
     ]
 
 
+#: Milliseconds in one of each time unit a latency series may be in.
+MS_PER_UNIT = {"s": 1000.0, "seconds": 1000.0, "ms": 1.0, "milliseconds": 1.0, "us": 0.001}
+#: Fewer paired samples than this on either side of onset, and an edge's gap is not compared (as
+#: opsagent.analysis.gaps.MIN_CALLS calls of a traced edge).
+MIN_PAIRED = 3
+
+
+def partners(groups: Sequence[ScanGroup]) -> dict[int, ScanGroup]:
+    """For each caller-side group of a call edge's metric, the callee-side group of the same edge and
+    metric (by position in ``groups``): the two ends' views of the same calls."""
+    servers = {(g.caller, g.component, g.metric): g for g in groups if g.caller and g.side == "server"}
+    return {
+        i: servers[(g.caller, g.component, g.metric)]
+        for i, g in enumerate(groups)
+        if g.caller and g.side == "client" and (g.caller, g.component, g.metric) in servers
+    }
+
+
+def paired_gap(
+    client: Sequence[Sample],
+    server: Sequence[Sample],
+    *,
+    incident: Incident,
+    caller: str,
+    callee: str,
+    unit: str | None,
+) -> CallGap | None:
+    """The time a call edge's calls spend between its two ends, from its latency measured at both: the
+    caller's view less the callee's, sample by sample (each caller sample paired with the callee sample
+    nearest in time, within half the series' resolution), before onset (as any series' reference) and
+    after. What two views of the same calls share (a slow callee, load on both) cancels out, so the
+    difference moves where the time is lost on the way, even where either view alone is too noisy
+    to judge. None for an edge not in a time unit, or with too few paired samples."""
+    scale = MS_PER_UNIT.get((unit or "").lower())
+    if scale is None or not client or not server:
+        return None
+    times = sorted(t for t, _ in server)
+    value = dict(server)
+    half = sampling_step(client) / 2
+    gaps: list[Sample] = []
+    for t, v in sorted(client):
+        i = bisect_right(times, t)
+        near = min(times[max(i - 1, 0) : i + 1], key=lambda s: (abs(s - t), s))
+        if abs(near - t) <= half:
+            gaps.append((t, v - value[near]))
+    b0, b1 = unix(incident.baseline.start), unix(incident.baseline.end)
+    onset, end = unix(incident.onset), unix(incident.window.end)
+    ref = reference(gaps, baseline=(b0, b1), window_start=unix(incident.window.start), onset=onset)
+    after = between(gaps, onset, end)
+    if ref is None or ref.samples < MIN_PAIRED or len(after) < MIN_PAIRED:
+        return None
+    return CallGap(
+        caller=caller,
+        callee=callee,
+        calls_baseline=ref.samples,
+        calls_window=len(after),
+        gap_ms_baseline=round(ref.centre * scale, 3),
+        gap_ms_window=round(median(after) * scale, 3),
+        spread_ms_baseline=round(ref.spread * scale, 3),
+    )
+
+
 def scan_stats(
-    group: ScanGroup, *, catalog: SignalCatalog, incident: Incident, limit: Limit, peers: PeerNoise | None = None
+    group: ScanGroup,
+    *,
+    catalog: SignalCatalog,
+    incident: Incident,
+    limit: Limit,
+    peers: PeerNoise | None = None,
+    partner: ScanGroup | None = None,
 ) -> SeriesStats:
+    """One group's statistics; for the caller's side of an edge whose callee's side is ``partner``, with
+    the gap between the two (:func:`paired_gap`) where the metric measures time taken."""
     signal, spec = group.spec(catalog)
     edge, component = group.caller, group.component
     side = f', side="{group.side}"' if group.side else ""
@@ -227,8 +299,21 @@ def scan_stats(
         limit=limit,
         peers=peers,
     )
+    gap = None
+    # One series at each end: the difference of two aggregates (pods, versions) is no call's time between
+    # the ends.
+    single = partner is not None and len(group.members) == len(partner.members) == 1
+    if partner is not None and single and meaning_of(group.metric) == "latency":
+        gap = paired_gap(
+            group.members[0],
+            partner.members[0],
+            incident=incident,
+            caller=edge,
+            callee=component,
+            unit=spec.unit,
+        )
     return stats.model_copy(
-        update={"scope": group.scope, "caller": edge or None, "side": group.side, "node": group.node}
+        update={"scope": group.scope, "caller": edge or None, "side": group.side, "node": group.node, "gap": gap}
     )
 
 

@@ -26,6 +26,7 @@ from opsagent.analysis.series import (
     as_rate,
     ceiling_series,
     component_of,
+    partners,
     peer_noise,
     scan_groups,
     scan_stats,
@@ -159,12 +160,22 @@ class LiveMetrics:
         limits = dict(zip(wanted, answers, strict=True))
         noise = peer_noise(groups, catalog=self.scan_catalog, incident=incident)
         self._noise[_incident_key(incident)] = noise
+        other_end = partners(groups)
         out = []
-        for group in groups:
+        for i, group in enumerate(groups):
             query = group.limit_query(self.scan_catalog)
             limit = limits[(query, group.spec(self.scan_catalog)[1].agg)] if query else None
             peers = noise.get((group.metric, group.side))
-            out.append(scan_stats(group, catalog=self.scan_catalog, incident=incident, limit=limit, peers=peers))
+            out.append(
+                scan_stats(
+                    group,
+                    catalog=self.scan_catalog,
+                    incident=incident,
+                    limit=limit,
+                    peers=peers,
+                    partner=other_end.get(i),
+                )
+            )
         return out
 
 

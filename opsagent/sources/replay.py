@@ -23,6 +23,7 @@ from opsagent.analysis.series import (
     as_rate,
     ceiling_series,
     component_of,
+    partners,
     peer_noise,
     scan_groups,
     scan_stats,
@@ -161,11 +162,16 @@ class ReplayMetrics:
         out = []
         peers = peer_noise(self._groups, catalog=self.catalog, incident=incident)
         self._noise[self._key(incident)] = peers
-        for group in self._groups:
+        other_end = partners(self._groups)
+        for i, group in enumerate(self._groups):
             _, spec = group.spec(self.catalog)
             limit = self._limit(group.limit_query(self.catalog), spec.agg)
             noise = peers.get((group.metric, group.side))
-            out.append(scan_stats(group, catalog=self.catalog, incident=incident, limit=limit, peers=noise))
+            out.append(
+                scan_stats(
+                    group, catalog=self.catalog, incident=incident, limit=limit, peers=noise, partner=other_end.get(i)
+                )
+            )
         return out
 
 
