@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, calls_into
+from opsagent.analysis.series import MIN_PAIRED
 from opsagent.analysis.steps import MIN_STEPS
 from opsagent.models import CallGap, LogsData, MetricsData, Observation, TracesData
 
@@ -347,15 +348,19 @@ def coverage(observations: list[Observation], found: Iterable[Finding]) -> dict[
         )
     else:
         out[CAPACITY.name] = "could not run: no saturation signal (" + ", ".join(CAPACITY_SIGNALS) + ") was read"
+    both_ends = (
+        "no edge's latency was measured by one series at each end (caller and callee) with "
+        f"{MIN_PAIRED} paired samples before and after onset"
+    )
     if CALLS_IN.name in ran:
         out[CALLS_IN.name] = f"ran over calls into {len(ran[CALLS_IN.name])} components"
     elif traced:
         out[CALLS_IN.name] = (
             f"could not run: no call edge had a client span over one server span, with {MIN_CALLS_TEXT} calls "
-            "before and after onset"
+            f"before and after onset; {both_ends}"
         )
     else:
-        out[CALLS_IN.name] = "could not run: no traces were read"
+        out[CALLS_IN.name] = f"could not run: no traces were read, and {both_ends}"
     if VANISHED.name in ran:
         out[VANISHED.name] = f"ran over the steps of {len(ran[VANISHED.name])} components"
     elif traced:
