@@ -9,7 +9,7 @@ where the delay sits. No I/O here.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from opsagent.analysis.gaps import gap_grew
@@ -100,5 +100,15 @@ def links_of(data: MetricsData, component: str) -> Links:
         for (caller, callee, _), pair in measured_edges(data).items()
         if "client" in pair and "server" in pair and component in (caller, callee)
     }
-    slow = [e for e in slow_paths(data) if component in (e.caller, e.callee)]
+    every = slow_paths(data)
+    # An edge slow between its ends is slow at one of them: at the end it shares with more such edges
+    # (a caller whose calls to several callees all slowed on its side holds them up itself, as a callee
+    # whose calls from several callers all slowed has the delay on its interface); a tie leaves both.
+    ends = Counter(end for e in every for end in (e.caller, e.callee))
+    slow = [
+        e
+        for e in every
+        if component in (e.caller, e.callee)
+        and ends[component] >= ends[e.callee if e.caller == component else e.caller]
+    ]
     return Links(component, len(both), slow)
