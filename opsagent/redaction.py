@@ -315,12 +315,20 @@ def scrub(text: str) -> str:
 _NOTHING_DONE: Mapping[type[BaseModel], frozenset[str]] = {}
 
 
+#: Values that hold no text, told by their exact type: most of an observation's values are numbers,
+#: and asking each of them whether it is a model (an ABC-style check) cost a third of the walk.
+_NO_TEXT: frozenset[type] = frozenset({float, int, bool, type(None)})
+
+
 def _strings(value: Any, out: list[str], done: Mapping[type[BaseModel], frozenset[str]]) -> None:
-    if isinstance(value, str):
+    kind = type(value)
+    if kind in _NO_TEXT:
+        return
+    if kind is str or isinstance(value, str):
         out.append(value)
     elif isinstance(value, BaseModel):
-        skip = done.get(type(value), frozenset())
-        for name in type(value).model_fields:
+        skip = done.get(kind, frozenset())
+        for name in kind.model_fields:
             if name not in skip:
                 _strings(getattr(value, name), out, done)
         for extra in (value.__pydantic_extra__ or {}).values():
