@@ -83,7 +83,8 @@ def release_mismatch(lesson: Lesson, component: str, out_now: Mapping[str, Seque
     if set(lesson.releases) & set(now) or (not lesson.releases and not now):
         return None
     then = f"release {', '.join(lesson.releases)}" if lesson.releases else "no new release"
-    return f"it refuted {then} of {component}, and {', '.join(now) if now else 'no new release'} is out now"
+    where = ", ".join(lesson.services)  # a lesson's trigger may show on another component than its own
+    return f"it refuted it in {then} of {where}, and {component} has {', '.join(now) or 'no new release'} out now"
 
 
 def templated(action: Action, component: str) -> Action:

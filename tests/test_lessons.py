@@ -302,8 +302,8 @@ def test_a_refuted_release_lowers_its_kind_only_where_the_same_build_is_out_agai
     other = ranked_with(taught, "deploy_regression", {"cart": [CART_NEXT_BUILD]})
     assert other.score == 1.0
     assert any(
-        f"did not lower deploy_regression on cart: it refuted release {CART_BUILD} of cart, and {CART_NEXT_BUILD} "
-        "is out now" in n
+        f"did not lower deploy_regression on cart: it refuted it in release {CART_BUILD} of cart, and cart has "
+        f"{CART_NEXT_BUILD} out now" in n
         for n in other.lesson_notes
     )
     assert ranked_with(taught, "deploy_regression", {}).score == 1.0  # nothing rolled out now
