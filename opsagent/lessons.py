@@ -68,7 +68,7 @@ def unscoped(lesson: Lesson) -> str | None:
     if lesson.teaches == "refuted" and lesson.refuted_kind in CHANGE_KINDS and lesson.releases is None:
         return (
             f"it refuted {lesson.refuted_kind} before lessons named the release they refuted "
-            "(name it under releases: in an export, then import)"
+            "(name it under releases: with opsagent lessons edit)"
         )
     return None
 
