@@ -29,6 +29,7 @@ from opsagent.models import (
     Incident,
     Lesson,
     LessonTrigger,
+    LessonUse,
     Observation,
     SourceKind,
     StopReason,
@@ -36,11 +37,12 @@ from opsagent.models import (
     Verdict,
     VersionsData,
 )
-from opsagent.pipeline import investigate_fixture
+from opsagent.pipeline import investigate_fixture, lesson_uses
 from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
 from opsagent.store import Store, StoreError, StoreLocation, schema_version
+from opsagent.strategies.base import Outcome
 from opsagent.triage import Triage
 from tests.conftest import ORDER_INCIDENT
 
@@ -333,3 +335,19 @@ def test_a_lesson_naming_its_release_keeps_it_and_its_id_through_export_and_impo
     # an export from before lessons named releases imports as one (no key), with the id it had
     old = {k: v for k, v in lesson(kind="deploy_regression").model_dump(mode="json").items() if k != "releases"}
     assert finalised(Lesson.model_validate(old)).id == old["id"]
+
+
+def test_a_lesson_held_back_by_its_release_did_not_act_and_earns_no_credit() -> None:
+    taught = refuted_on_cart("deploy_regression", CART_BUILD)
+    retrieved = [Retrieved(lesson=taught, relevance=1.0, component="cart")]
+
+    def use_with(out_now: dict[str, list[str]]) -> LessonUse:
+        triage = Triage(graph=[], components=[], observation_ids=[], source_kinds=[], releases=out_now)
+        proposed = [ranked_with(taught, "deploy_regression", out_now)]
+        (use,) = lesson_uses(Outcome(triage=triage, results=[], proposed=proposed, retrieved=retrieved))
+        return use
+
+    held = use_with({"cart": [CART_NEXT_BUILD]})
+    assert not held.acted and not held.lowered  # so a right conclusion does not count it as helped
+    assert any(e.startswith("did not lower") for e in held.effects)  # the report still says why
+    assert use_with({"cart": [CART_BUILD]}).acted
