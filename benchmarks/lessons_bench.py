@@ -422,18 +422,21 @@ def size(count: int, corpus: Path, repeats: int = 20) -> None:
         source_kinds=[],
     )
     components = report.situation.components
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         retrieve(lessons, report.incident, found)
         memory = EnvironmentMemory.of(lessons, report.incident)
         features = {p.component: dict(p.features) for p in found.components}
         memory.calibrate(features, components)
         memory.prior({p.component: p.score for p in found.components}, components)
         times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
+    # CPU time beside wall time: on a shared machine the wall clock measures the neighbours too
     print(
         f"{distinct} lessons stored ({len(components)} components): recall p50 {median(times):.2f} ms, "
-        f"max {max(times):.2f} ms over {repeats} investigations (target < 50 ms)"
+        f"max {max(times):.2f} ms wall, p50 {median(cpu):.2f} ms, max {max(cpu):.2f} ms CPU over {repeats} "
+        "investigations (target < 50 ms)"
     )
 
 

@@ -88,7 +88,9 @@ def apply_feedback(
     if correct:  # a lesson that lowered the conclusion the engineer confirms misled, however it ended
         rc = report.root_cause
         misled = misled_by(report.lessons_used, rc.component, rc.kind, top=top) if rc is not None else []
-        memory.count_use([i for i in record.lessons_used if i not in misled], counter="helped")
+        # as a replay with truth counts them: a lesson helped where it acted (held back, it changed nothing)
+        acted = {u.lesson_id for u in report.lessons_used if u.acted}
+        memory.count_use([i for i in record.lessons_used if i in acted and i not in misled], counter="helped")
         memory.count_use(misled, counter="misled")
         outcome = outcome.model_copy(update={"misled": misled})
         if rc is None:

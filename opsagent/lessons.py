@@ -22,6 +22,7 @@ from opsagent import environment
 from opsagent.environment import taught
 from opsagent.fixtures import Truth
 from opsagent.models import (
+    CHANGE_KINDS,
     Action,
     ArgValue,
     Citation,
@@ -40,10 +41,50 @@ from opsagent.triage import ComponentProfile, Triage
 PLACEHOLDER = "{service}"
 
 
-def lesson_id(refuted_kind: str, signals: Sequence[str], action: Action) -> str:
-    """Near-duplicates share an id: the same dead end, under the same trigger, with the same remedy."""
+def lesson_id(
+    refuted_kind: str, signals: Sequence[str], action: Action, *, releases: Sequence[str] | None = None
+) -> str:
+    """Near-duplicates share an id: the same dead end, under the same trigger, with the same remedy (and,
+    for a change kind, in the same releases: another build's refutation is another lesson). A lesson that
+    names no release keeps the id it had before lessons named them."""
     basis = f"{refuted_kind}|{','.join(sorted(signals))}|{action.key()}"
+    if releases is not None:
+        basis += f"|releases:{','.join(sorted(releases))}"
     return "L-" + hashlib.sha1(basis.encode()).hexdigest()[:8]
+
+
+def releases_refuted(kind: str, component: str, observations: Iterable[Observation]) -> list[str] | None:
+    """The releases a refutation of ``kind`` on ``component`` was about: for a change kind, the component's
+    new releases out in that incident (none: an empty list); for any other kind, None (not about a release)."""
+    if kind not in CHANGE_KINDS:
+        return None
+    return sorted(environment.releases_of(observations).get(component, {}))
+
+
+def unscoped(lesson: Lesson) -> str | None:
+    """Why a refutation of a change kind lowers it nowhere, or None: learned before lessons named the
+    release they refuted, it cannot tell which build it was about (it is kept, and its next action still
+    runs first)."""
+    if lesson.teaches == "refuted" and lesson.refuted_kind in CHANGE_KINDS and lesson.releases is None:
+        return (
+            f"it refuted {lesson.refuted_kind} before lessons named the release they refuted "
+            "(name it under releases: with opsagent lessons edit)"
+        )
+    return None
+
+
+def release_mismatch(lesson: Lesson, component: str, out_now: Mapping[str, Sequence[str]]) -> str | None:
+    """Why a refutation of a change kind does not speak to ``component`` here, or None when it does: it
+    was about other releases than those out now (a refuted build says nothing of the next one), or it
+    names none (:func:`unscoped`)."""
+    if lesson.teaches != "refuted" or lesson.refuted_kind not in CHANGE_KINDS or lesson.releases is None:
+        return unscoped(lesson)
+    now = sorted(out_now.get(component, []))
+    if set(lesson.releases) & set(now) or (not lesson.releases and not now):
+        return None
+    then = f"release {', '.join(lesson.releases)}" if lesson.releases else "no new release"
+    where = ", ".join(lesson.services)  # a lesson's trigger may show on another component than its own
+    return f"it refuted it in {then} of {where}, and {component} has {', '.join(now) or 'no new release'} out now"
 
 
 def templated(action: Action, component: str) -> Action:
@@ -79,7 +120,8 @@ def problems(lesson: Lesson) -> list[str]:
 def finalised(lesson: Lesson) -> Lesson:
     if lesson.teaches != "refuted":
         return lesson.model_copy(update={"id": environment.identity(lesson)})
-    return lesson.model_copy(update={"id": lesson_id(lesson.refuted_kind, lesson.trigger.signals, lesson.next_action)})
+    basis = lesson_id(lesson.refuted_kind, lesson.trigger.signals, lesson.next_action, releases=lesson.releases)
+    return lesson.model_copy(update={"id": basis})
 
 
 def _signals(result: HypothesisResult, observations: Mapping[str, Observation]) -> list[str]:
@@ -128,6 +170,7 @@ def from_refutation(
         services=[h.component],
         source_incident=incident.id,
         created_at=now,
+        releases=releases_refuted(h.kind, h.component, observations.values()),
     )
     return finalised(lesson)
 
@@ -251,6 +294,7 @@ def _wrong_conclusion(
             services=[h.component],
             source_incident=report.incident.id,
             created_at=now,
+            releases=releases_refuted(h.kind, h.component, report.observations),
         )
     )
 

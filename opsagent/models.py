@@ -773,6 +773,13 @@ class Lesson(Frozen):
     last_seen: AwareDatetime | None = Field(
         default=None, description="when an incident last taught it (the latest of its merged near-duplicates)"
     )
+    releases: list[str] | None = Field(
+        default=None,
+        description="a refuted change kind (deploy_regression, config_change): the releases (ReplicaSets) of its "
+        "component that were out when it was refuted, empty where none was; it lowers that kind only where one of "
+        "them is out again (empty: where none is). None: a lesson about another kind, or a change kind's refutation "
+        "learned before lessons named their release (it then suggests its next action and lowers nothing)",
+    )
 
     @property
     def unreliable(self) -> bool:

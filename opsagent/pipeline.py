@@ -372,7 +372,8 @@ def lesson_uses(outcome: Outcome) -> list[LessonUse]:
                 if h.id not in verified:
                     effects.append(f"{h.kind} on {h.component} was not verified")
                     held_back.append(f"{h.component}/{h.kind}")
-        acted = bool(effects)
+        # a lesson held back ("did not lower …": its record, or another release) changed nothing here
+        acted = any(not e.startswith("did not ") for e in effects)
         if r.component is None:
             effects.append("retrieved for review; its trigger does not show here")
         uses.append(

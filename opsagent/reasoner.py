@@ -16,7 +16,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from opsagent import ranking
-from opsagent.lessons import Retrieved, concrete, from_refutation
+from opsagent.lessons import Retrieved, concrete, from_refutation, release_mismatch
 from opsagent.models import (
     CHANGE_KINDS,
     Action,
@@ -149,7 +149,7 @@ class PlaybookReasoner:
     def rank(
         self, incident: Incident, candidates: list[Hypothesis], triage: Triage, lessons: Sequence[Retrieved]
     ) -> list[Hypothesis]:
-        ranked = [self._apply_lessons(h, incident, lessons) for h in candidates]
+        ranked = [self._apply_lessons(h, incident, lessons, releases=triage.releases) for h in candidates]
         ranked.sort(key=lambda h: (-h.score, h.id))
         weights = {f"{c.component}/{f}": m for c in triage.components for f, m in c.features.items()}
         ordered = ranking.diverse(ranked, weights)
@@ -158,9 +158,17 @@ class PlaybookReasoner:
         chained = {h.id for h in ordered if self._set_off_by_change(h, ordered, triage)}
         return [h for h in ordered if h.id not in chained] + [h for h in ordered if h.id in chained]
 
-    def _apply_lessons(self, h: Hypothesis, incident: Incident, lessons: Sequence[Retrieved]) -> Hypothesis:
+    def _apply_lessons(
+        self,
+        h: Hypothesis,
+        incident: Incident,
+        lessons: Sequence[Retrieved],
+        *,
+        releases: Mapping[str, Sequence[str]],
+    ) -> Hypothesis:
         """A lesson whose trigger shows on h's component lowers the kind it refuted there, and its next
-        action, when it is one of h's checks, becomes h's first call."""
+        action, when it is one of h's checks, becomes h's first call. A refuted change kind lowers it only
+        in the release it refuted (``releases``: each component's new releases out now)."""
         score, first, notes = h.score, list(h.first_actions), list(h.lesson_notes)
         planned = (
             {action_of(c, h, incident).key() for c in self.playbooks[h.playbook or ""].checks} if h.playbook else set()
@@ -172,7 +180,10 @@ class PlaybookReasoner:
             if r.component != h.component:
                 continue
             if r.lesson.refuted_kind == h.kind and score == h.score:  # one lowering, however many agree
-                if r.lesson.unreliable:
+                elsewhere = release_mismatch(r.lesson, h.component, releases)
+                if elsewhere is not None:
+                    notes.append(f"{r.lesson.id}: did not lower {h.kind} on {h.component}: {elsewhere}")
+                elif r.lesson.unreliable:
                     notes.append(
                         f"{r.lesson.id}: did not lower {h.kind} on {h.component}: the kind it lowered was the cause "
                         f"{r.lesson.times_misled} time(s), it helped {r.lesson.times_helped}"

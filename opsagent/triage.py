@@ -70,6 +70,10 @@ class Triage(BaseModel):
     learned: list[LessonEffect] = Field(
         default_factory=list, description="what environment lessons did to evidence and priors (opsagent.environment)"
     )
+    releases: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="each component's new releases out in this incident (its ReplicaSets: environment.releases_of)",
+    )
 
     def profile(self, component: str) -> ComponentProfile | None:
         return next((c for c in self.components if c.component == component), None)
@@ -109,10 +113,9 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     ranking.unown_errors({c: p.features for c, p in profiles.items()}, graph, broken)
     components = set(profiles) | {e.caller for e in graph} | called | set(incident.services)
     memory = toolbox.environment
+    releases = releases_of(used)
     learned = (
-        memory.calibrate({c: p.features for c, p in profiles.items()}, components, releases=releases_of(used))
-        if memory
-        else []
+        memory.calibrate({c: p.features for c, p in profiles.items()}, components, releases=releases) if memory else []
     )
     own = {c: ranking.own_score(p.features, called=c in called) for c, p in profiles.items()}
     own = ranking.explain_by_out_of_service(own, graph, broken)
@@ -153,4 +156,5 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
         changes=seen_changes,
         detectors=detectors,
         learned=learned,
+        releases={c: sorted(r) for c, r in sorted(releases.items())},
     )

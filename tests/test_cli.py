@@ -131,6 +131,24 @@ def test_lessons_export_import_round_trip_rejects_bad_entries(tmp_path: Path) ->
     assert "imported 1, rejected 2" in result.output
 
 
+def test_importing_a_release_refutation_from_before_lessons_named_releases_keeps_it_and_says_it_lowers_nothing(
+    tmp_path: Path,
+) -> None:
+    _learn()
+    out = tmp_path / "lessons.yaml"
+    runner.invoke(app, ["lessons", "export", "--out", str(out)])
+    entry = next(e for e in yaml.safe_load(out.read_text()) if e["teaches"] == "refuted")
+    old = {k: v for k, v in entry.items() if k != "releases"} | {"refuted_kind": "deploy_regression"}
+    named = old | {"releases": ["order-service-7d9f8c6b5"]}
+    out.write_text(yaml.safe_dump([old, named]))
+    result = runner.invoke(app, ["lessons", "import", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "entry 1: imported; it lowers nothing" in result.output and "entry 2" not in result.output
+    exported = yaml.safe_load(runner.invoke(app, ["lessons", "export"]).stdout)
+    kept = [e["releases"] for e in exported if e["refuted_kind"] == "deploy_regression"]
+    assert sorted(kept, key=str) == [None, ["order-service-7d9f8c6b5"]]  # both kept, as two lessons
+
+
 def test_lessons_list_prints_triggers_as_they_are(tmp_path: Path) -> None:
     _learn()
     out = tmp_path / "lessons.yaml"

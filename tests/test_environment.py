@@ -17,6 +17,7 @@ from opsagent.models import (
     Action,
     ChangeRecord,
     ChangesData,
+    Citation,
     Evidence,
     Hypothesis,
     HypothesisResult,
@@ -24,6 +25,8 @@ from opsagent.models import (
     KubeFinding,
     KubernetesData,
     Lesson,
+    LessonTrigger,
+    LessonUse,
     Observation,
     Situation,
     SourceKind,
@@ -614,3 +617,36 @@ def test_an_investigation_reopens_an_overturned_refutation_shows_it_and_keeps_wh
     (use,) = [u for u in again.lessons_used if any(e.startswith("reopened") for e in u.effects)]
     assert use.acted and use.raised == [component]
     assert again.suspects[0] == report.suspects[0]  # what this incident proved stands, in its place and kind
+
+
+def test_feedback_that_a_conclusion_was_right_credits_only_the_lessons_that_acted_as_a_replay_does(
+    store_location: StoreLocation,
+) -> None:
+    report, _ = asyncio.run(investigate_fixture(ORDER_INCIDENT))
+    checks = PlaybookReasoner(load_default_playbooks()).first_checks()
+    acting, held = (
+        finalised(
+            Lesson(
+                trigger=LessonTrigger(symptom=report.incident.symptom, condition=f"{s} on api", signals=[s]),
+                refuting_evidence=[Citation(observation_id="m-1", value="v2 no worse")],
+                next_action=Action(tool="logs.summary", args={"service": "{service}"}),
+                refuted_kind="deploy_regression",
+                services=["api"],
+                source_incident="inc-0",
+                created_at=NOW,
+                releases=["api-7d9f8c6b5"],
+            )
+        )
+        for s in ("change:deploy", "log:new_error")
+    )
+    uses = [
+        LessonUse(lesson_id=acting.id, relevance=1.0, acted=True, effects=["lowered deploy_regression on api x0.5"]),
+        LessonUse(lesson_id=held.id, relevance=1.0, acted=False, effects=["did not lower deploy_regression on api"]),
+    ]
+    with Store(store_location) as store:
+        for le in (acting, held):
+            store.upsert_lesson(le)
+        keep_investigation(store, report.model_copy(update={"lessons_used": uses}))
+        apply_feedback(store, report.incident.id, correct=True, root_cause=None, first_checks=checks, now=NOW)
+        helped = {le.id: le.times_helped for le in store.lessons()}
+    assert (helped[acting.id], helped[held.id]) == (1, 0)

@@ -7,15 +7,42 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
-from opsagent.lessons import InMemoryLessons, Retrieved, concrete, finalised, from_truth, problems, retrieve
-from opsagent.models import Action, Citation, Hypothesis, Incident, Lesson, LessonTrigger, Symptom
-from opsagent.pipeline import investigate_fixture
+from opsagent.lessons import (
+    InMemoryLessons,
+    Retrieved,
+    concrete,
+    finalised,
+    from_refutation,
+    from_truth,
+    problems,
+    retrieve,
+)
+from opsagent.models import (
+    Action,
+    Citation,
+    Evidence,
+    Hypothesis,
+    HypothesisResult,
+    Incident,
+    Lesson,
+    LessonTrigger,
+    LessonUse,
+    Observation,
+    SourceKind,
+    StopReason,
+    Symptom,
+    Verdict,
+    VersionsData,
+)
+from opsagent.pipeline import investigate_fixture, lesson_uses
 from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
 from opsagent.scoreboard import replay
 from opsagent.store import Store, StoreError, StoreLocation, schema_version
+from opsagent.strategies.base import Outcome
 from opsagent.triage import Triage
 from tests.conftest import ORDER_INCIDENT
 
@@ -189,3 +216,138 @@ def test_lessons_that_agree_stop_lowering_a_kind_once_they_misled_more_than_they
     helped = [Retrieved(lesson=misled, relevance=1.0, component="order-service")]
     (lowered,) = reasoner.rank(incident, [h], triage, helped)
     assert lowered.score < 1.0
+
+
+# ---------------------------------------------------------------- a refuted release is one build
+
+
+#: Two builds of cart's pod template (ReplicaSets), and the one it replaced.
+CART_BUILD = "cart-7d9f8c6b5"
+CART_NEXT_BUILD = "cart-66c8f9d7b4"
+CART_OLD_BUILD = "cart-5c4b3a2f1"
+
+
+def later_incident() -> Incident:
+    return Incident.model_validate(
+        {
+            "id": "inc-2",
+            "services": ["api"],
+            "symptom": "errors",
+            "onset": NOW + timedelta(minutes=20),
+            "window": {"start": NOW, "end": NOW + timedelta(minutes=30)},
+            "baseline": {"start": NOW, "end": NOW + timedelta(minutes=10)},
+            "labels": {},
+            "title": "api errors",
+        }
+    )
+
+
+def cart_hypothesis(kind: str) -> Hypothesis:
+    return Hypothesis(
+        id=f"{kind}@cart",
+        component="cart",
+        kind=kind,
+        statement=f"{kind} on cart",
+        confirm_if=[],
+        refute_if=[],
+        prior=0.5,
+        score=1.0,
+    )
+
+
+def refuted_on_cart(kind: str, new_build: str) -> Lesson:
+    """What an incident teaches where the canary comparison refuted ``kind`` on cart while ``new_build`` was out."""
+    versions = Observation(
+        id="v-1",
+        action=Action(tool="metrics.versions", args={"service": "cart"}),
+        source=SourceKind.versions,
+        data=VersionsData(
+            service="cart", new_pods=[f"{new_build}-x2x9q"], old_pods=[f"{CART_OLD_BUILD}-abcde"], new_version="v2"
+        ),
+        text="",
+        tokens=1,
+    )
+    refuting = Evidence(
+        observation_id="v-1", source=SourceKind.versions, stance="refutes", statement="v2 no worse", check="new_version"
+    )
+    result = HypothesisResult(
+        hypothesis=cart_hypothesis(kind),
+        steps=[],
+        verdict=Verdict(status="refuted", reason="v2 no worse than v1", refuting=[refuting]),
+        stop_reason=StopReason.refuted,
+    )
+    taught = from_refutation(
+        later_incident(),
+        result,
+        NOW,
+        {"v-1": versions},
+        next_action=Action(tool="metrics.versions", args={"service": "cart"}),
+    )
+    assert taught is not None
+    return taught
+
+
+def ranked_with(taught: Lesson, kind: str, out_now: dict[str, list[str]]) -> Hypothesis:
+    triage = Triage(graph=[], components=[], observation_ids=[], source_kinds=[], releases=out_now)
+    reasoner = PlaybookReasoner(load_default_playbooks())
+    (h,) = reasoner.rank(
+        later_incident(), [cart_hypothesis(kind)], triage, [Retrieved(lesson=taught, relevance=1.0, component="cart")]
+    )
+    return h
+
+
+def test_a_refuted_release_lowers_its_kind_only_where_the_same_build_is_out_again() -> None:
+    taught = refuted_on_cart("deploy_regression", CART_BUILD)
+    assert taught.releases == [CART_BUILD]  # the new build, never the old one
+    assert ranked_with(taught, "deploy_regression", {"cart": [CART_BUILD]}).score < 1.0
+    # another build of the same service: the refutation of the first says nothing of it
+    other = ranked_with(taught, "deploy_regression", {"cart": [CART_NEXT_BUILD]})
+    assert other.score == 1.0
+    assert any(
+        f"did not lower deploy_regression on cart: it refuted it in release {CART_BUILD} of cart, and cart has "
+        f"{CART_NEXT_BUILD} out now" in n
+        for n in other.lesson_notes
+    )
+    assert ranked_with(taught, "deploy_regression", {}).score == 1.0  # nothing rolled out now
+    # two builds refuted are two lessons, not one merged across releases
+    assert refuted_on_cart("deploy_regression", CART_NEXT_BUILD).id != taught.id
+
+
+def test_a_refuted_kind_that_is_not_a_change_still_lowers_whatever_is_rolled_out() -> None:
+    taught = refuted_on_cart("cpu_saturation", CART_BUILD)
+    assert taught.releases is None
+    assert ranked_with(taught, "cpu_saturation", {"cart": [CART_NEXT_BUILD]}).score < 1.0
+
+
+def test_a_change_kind_refuted_before_lessons_named_releases_lowers_nothing_and_says_why() -> None:
+    legacy = lesson(kind="deploy_regression")  # as an older store or export holds it: no releases
+    assert legacy.releases is None
+    h = ranked_with(legacy, "deploy_regression", {"cart": [CART_BUILD]})
+    assert h.score == 1.0
+    assert any("before lessons named the release they refuted" in n for n in h.lesson_notes)
+
+
+def test_a_lesson_naming_its_release_keeps_it_and_its_id_through_export_and_import() -> None:
+    taught = refuted_on_cart("deploy_regression", CART_BUILD)
+    exported = yaml.safe_load(yaml.safe_dump([taught.model_dump(mode="json")]))
+    (back,) = [finalised(Lesson.model_validate(e)) for e in exported]
+    assert back == taught
+    # an export from before lessons named releases imports as one (no key), with the id it had
+    old = {k: v for k, v in lesson(kind="deploy_regression").model_dump(mode="json").items() if k != "releases"}
+    assert finalised(Lesson.model_validate(old)).id == old["id"]
+
+
+def test_a_lesson_held_back_by_its_release_did_not_act_and_earns_no_credit() -> None:
+    taught = refuted_on_cart("deploy_regression", CART_BUILD)
+    retrieved = [Retrieved(lesson=taught, relevance=1.0, component="cart")]
+
+    def use_with(out_now: dict[str, list[str]]) -> LessonUse:
+        triage = Triage(graph=[], components=[], observation_ids=[], source_kinds=[], releases=out_now)
+        proposed = [ranked_with(taught, "deploy_regression", out_now)]
+        (use,) = lesson_uses(Outcome(triage=triage, results=[], proposed=proposed, retrieved=retrieved))
+        return use
+
+    held = use_with({"cart": [CART_NEXT_BUILD]})
+    assert not held.acted and not held.lowered  # so a right conclusion does not count it as helped
+    assert any(e.startswith("did not lower") for e in held.effects)  # the report still says why
+    assert use_with({"cart": [CART_BUILD]}).acted

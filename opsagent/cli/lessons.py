@@ -23,7 +23,7 @@ from opsagent.cli.options import PlaybooksOpt
 from opsagent.environment import RELEASE
 from opsagent.feedback import apply_feedback
 from opsagent.fixtures import not_utf8
-from opsagent.lessons import finalised, problems, root_cause_parts
+from opsagent.lessons import finalised, problems, root_cause_parts, unscoped
 from opsagent.models import Lesson
 from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import PlaybookReasoner
@@ -181,6 +181,9 @@ def lessons_import(path: Annotated[Path, typer.Argument(metavar="FILE")]) -> Non
                 continue
             memory.upsert_lesson(finalised(lesson))
             imported += 1
+            dormant = unscoped(lesson)
+            if dormant is not None:
+                err.print(f"entry {index}: imported; it lowers nothing: {dormant}", soft_wrap=True)
     out.print(f"imported {imported}, rejected {rejected}")
     if rejected:
         raise typer.Exit(ExitCode.BAD_INPUT)

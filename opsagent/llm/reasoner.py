@@ -22,7 +22,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from opsagent.lessons import Retrieved, finalised, from_refutation, problems, templated
+from opsagent.lessons import Retrieved, finalised, from_refutation, problems, releases_refuted, templated
 from opsagent.llm.client import ChatClient, ChatRequest, ToolSchema, cost_usd, safe_url
 from opsagent.llm.conversation import Renderer, Result, Thread, Turn, prompt_tokens
 from opsagent.llm.errors import BudgetRefused, ModelError, ModelRejected, ModelUnavailable
@@ -684,6 +684,7 @@ class LLMReasoner:
                 services=[h.component],
                 source_incident=incident.id,
                 created_at=now,
+                releases=releases_refuted(h.kind, h.component, observations.values()),
             )
         except ValidationError as exc:
             return None, validation_problems(exc)
