@@ -37,7 +37,7 @@ Feature names (playbooks' ``applies`` and lessons' triggers refer to them):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from opsagent import kubestate, mechanisms, ranking
 from opsagent.analysis.changes import last_move_before
@@ -344,7 +344,9 @@ def _version_features(profile: Profile, obs: Observation, data: VersionsData, in
             profile.add(feature, weight, obs, outcome.value)
 
 
-def add_mechanism_features(profiles: dict[str, Profile], observations: list[Observation]) -> dict[str, str]:
+def add_mechanism_features(
+    profiles: dict[str, Profile], observations: list[Observation], graph: Sequence[Edge] = ()
+) -> dict[str, str]:
     """``mech:<detector>`` features: each fault mechanism's evidence, weighed by how surprising it is
     against the other components of the same incident (:mod:`opsagent.mechanisms`). Returns, per
     detector, what it ran over or why it could not run."""
@@ -357,7 +359,7 @@ def add_mechanism_features(profiles: dict[str, Profile], observations: list[Obse
         data = obs.data
         if obs.ok and isinstance(data, LogsData) and data.service is not None:
             own[data.service] = (own_error_lines(data) / max(data.window_minutes, 1.0), obs.id)
-    every = [*mechanisms.findings(observations), *mechanisms.own_error_findings(own)]
+    every = [*mechanisms.findings(observations, graph), *mechanisms.own_error_findings(own)]
     for f in every:
         weight = mechanisms.mechanism_weight(f.surprise)
         if weight > 0:

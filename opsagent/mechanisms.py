@@ -30,13 +30,14 @@ the playbooks name the kind each mechanism stands for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
 from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, calls_into
 from opsagent.analysis.series import MIN_PAIRED
 from opsagent.analysis.steps import MIN_STEPS
+from opsagent.fixtures import Edge
 from opsagent.models import CallGap, LogsData, MetricsData, Observation, TracesData
 
 MIN_CALLS_TEXT = f"at least {MIN_CALLS}"
@@ -254,6 +255,55 @@ def _metric_gaps(observations: Iterable[Observation]) -> dict[tuple[str, str], t
     return out
 
 
+#: Without spans, a component's latency rise is its callees' doing where one of them rose by at least
+#: this share of it: a request that waits on a slowed callee a few times over (up to 1 / INHERITED calls
+#: in a row) takes that many times the callee's rise, and more than that rarely happens in one request.
+INHERITED = 0.25
+
+
+def latency_in_findings(
+    observations: Iterable[Observation], graph: Sequence[Edge], *, measured: frozenset[str] = frozenset()
+) -> list[Finding]:
+    """Without traces, calls into a component slowed as its own latency series shows them, less what its
+    callees explain: a delay on the wire into a component raises the latency it serves at, and its
+    callers', but none of its callees' (their own server side is untouched). The component whose rise
+    no callee accounts for is where the time is lost.
+
+    Runs only where no traces were read, and not for a component whose calls in are ``measured`` at both
+    ends of an edge: spans and paired edge series measure the gap between the ends directly
+    (:func:`calls_in_findings`), and a latency series cannot tell the wire from the component's own work
+    (the capacity detector and :func:`explained_within` take a saturated component's rise away)."""
+    observations = list(observations)
+    if any(o.ok and isinstance(o.data, TracesData) and (o.data.services or o.data.call_gaps) for o in observations):
+        return []
+    rise: dict[str, tuple[float, str, str]] = {}
+    for obs in observations:
+        if not obs.ok or not isinstance(obs.data, MetricsData):
+            continue
+        for s in obs.data.stats:
+            if s.signal != "latency_p99" or s.scope != "service" or s.unit != "ms":
+                continue
+            if s.baseline_mean is None or s.window_mean is None:
+                continue
+            value = s.window_mean - s.baseline_mean
+            if math.isfinite(value) and (s.component not in rise or value > rise[s.component][0]):
+                rise[s.component] = (value, obs.id, f"{s.signal} {s.baseline_mean:.0f} -> {s.window_mean:.0f} ms")
+    callees: dict[str, set[str]] = {}
+    for e in graph:
+        callees.setdefault(e.caller, set()).add(e.callee)
+    values: dict[str, tuple[float, str, str]] = {}
+    for component, (value, obs_id, why) in sorted(rise.items()):
+        if component in measured:
+            continue
+        below = [(rise[c][0], c) for c in sorted(callees.get(component, ())) if c in rise]
+        top = max(below, default=(0.0, ""))
+        if value > 0 and top[0] >= INHERITED * value:
+            values[component] = (0.0, obs_id, f"{why}, as its callee {top[1]} ({top[0]:+.0f} ms) explains")
+        else:
+            values[component] = (value, obs_id, f"{why} (mean), no callee rising alike")
+    return judged(CALLS_IN, "mech:calls_in", values)
+
+
 def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
     """New errors of each component's own making, per minute (``lines``: component -> (lines/min, the
     observation)): a code path that now throws or returns a wrong result says so in its own logs."""
@@ -282,14 +332,22 @@ def vanished_findings(observations: Iterable[Observation]) -> list[Finding]:
     return judged(VANISHED, "mech:vanished", values)
 
 
-def findings(observations: list[Observation]) -> list[Finding]:
-    """Every detector over the incident's observations."""
+def findings(observations: list[Observation], graph: Sequence[Edge] = ()) -> list[Finding]:
+    """Every detector over the incident's observations (``graph``: the call graph, for the callees'
+    share of a latency rise where there are no traces)."""
     capacity = capacity_findings(observations)
     # A caller out of CPU or of connections: the wire is not to blame for its slower calls.
     saturated = frozenset(
         f.component for f in capacity if f.surprise >= CLEAR and f.feature.rsplit(":", 1)[-1] in CALLER_SIDE
     )
-    return [*capacity, *calls_in_findings(observations, saturated=saturated), *vanished_findings(observations)]
+    calls_in = calls_in_findings(observations, saturated=saturated)
+    measured = frozenset(f.component for f in calls_in)
+    return [
+        *capacity,
+        *calls_in,
+        *latency_in_findings(observations, graph, measured=measured),
+        *vanished_findings(observations),
+    ]
 
 
 #: Mechanisms that place a fault in the component whatever its callees do: the wire into it, errors of

@@ -104,7 +104,7 @@ async def triage(toolbox: Toolbox, incident: Incident, declared: list[Edge]) -> 
     )
     used = [scan, changes, traces, logs_all, *kube, *per_service, *versions]
     profiles = profiles_from(used, incident)
-    detectors = add_mechanism_features(profiles, used)
+    detectors = add_mechanism_features(profiles, used, graph)
     ranking.weigh_by_specificity({c: p.features for c, p in profiles.items()}, graph)
     ranking.weigh_by_elimination({c: p.features for c, p in profiles.items()})
     add_caller_features(profiles, graph)

@@ -173,6 +173,48 @@ def test_a_caller_out_of_capacity_explains_the_slower_calls_it_makes() -> None:
     assert all(f.component != "cart" for f in found)
 
 
+def _latency(component: str, before: float, after: float) -> SeriesStats:
+    return SeriesStats(
+        signal="latency_p99",
+        component=component,
+        query="q",
+        unit="ms",
+        series=1,
+        baseline_mean=before,
+        baseline_std=1.0,
+        window_mean=after,
+        window_max=after,
+        peak_ratio=None,
+        mean_ratio=None,
+        z_score=None,
+        change_point=None,
+        direction="up",
+    )
+
+
+def _latency_metrics() -> Observation:
+    # web -> api -> cart -> db: a delay on the wire into cart slows cart and everything that waits on it
+    quiet = [_latency(f"svc{i}", 20, 21 + i) for i in range(5)]
+    slowed = [_latency("web", 40, 5200), _latency("api", 30, 5100), _latency("cart", 15, 5000), _latency("db", 5, 6)]
+    return _metrics([*quiet, *slowed])
+
+
+CHAIN = [Edge(caller="web", callee="api"), Edge(caller="api", callee="cart"), Edge(caller="cart", callee="db")]
+
+
+def test_without_traces_the_component_whose_latency_rise_no_callee_explains_is_where_calls_in_slowed() -> None:
+    found = mechanisms.latency_in_findings([_latency_metrics()], CHAIN)
+    clear = [f.component for f in found if f.surprise >= mechanisms.CLEAR]
+    assert clear == ["cart"]
+    cart = next(f for f in found if f.component == "cart")
+    assert cart.feature == "mech:calls_in" and "no callee rising alike" in cart.why
+    assert "as its callee api" in next(f.why for f in found if f.component == "web")
+
+
+def test_with_traces_the_spans_not_the_latency_series_measure_the_calls_into_a_component() -> None:
+    assert mechanisms.latency_in_findings([_latency_metrics(), _traces(QUIET)], CHAIN) == []
+
+
 # ---------------------------------------------------------------- capacity used
 
 
