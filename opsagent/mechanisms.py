@@ -34,8 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, calls_into
-from opsagent.analysis.series import MIN_PAIRED
+from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, MIN_PAIRED, calls_into
 from opsagent.analysis.steps import MIN_STEPS
 from opsagent.fixtures import Edge
 from opsagent.models import CallGap, LogsData, MetricsData, Observation, TracesData

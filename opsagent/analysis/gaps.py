@@ -22,6 +22,11 @@ from opsagent.models import CallGap, Incident
 MIN_CALLS = 3
 #: Scale of the median absolute deviation to a standard deviation, for normally spread values.
 MAD_SCALE = 1.4826
+#: Fewer paired samples than this on either side of onset, and an edge's gap measured at both ends by
+#: series is not compared (as MIN_CALLS calls of a traced edge).
+MIN_PAIRED = 3
+#: Milliseconds in one of each time unit a latency series may be in.
+MS_PER_UNIT = {"s": 1000.0, "seconds": 1000.0, "ms": 1.0, "milliseconds": 1.0, "us": 0.001}
 #: A call edge's gap grew when it rose by this many of its own spreads before onset, and by at least
 #: GAP_MIN_MS: a spread under which the gap wanders anyway, and the least extra time per call a caller
 #: notices.

@@ -20,6 +20,7 @@ from statistics import median
 from typing import Literal
 
 from opsagent import ranking
+from opsagent.analysis.gaps import MIN_PAIRED, MS_PER_UNIT
 from opsagent.catalog import SignalCatalog
 from opsagent.fixtures import MetricSeries, SignalDef, unix
 from opsagent.models import CallGap, Incident, SeriesStats
@@ -209,13 +210,6 @@ def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> lis
         ScanGroup(c, m, e, members, side=side or None, node=node or None, outbound=m in outbound)  # type: ignore[arg-type]
         for (c, m, e, side, node), members in sorted(groups.items())
     ]
-
-
-#: Milliseconds in one of each time unit a latency series may be in.
-MS_PER_UNIT = {"s": 1000.0, "seconds": 1000.0, "ms": 1.0, "milliseconds": 1.0, "us": 0.001}
-#: Fewer paired samples than this on either side of onset, and an edge's gap is not compared (as
-#: opsagent.analysis.gaps.MIN_CALLS calls of a traced edge).
-MIN_PAIRED = 3
 
 
 def partners(groups: Sequence[ScanGroup]) -> dict[int, ScanGroup]:
