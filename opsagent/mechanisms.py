@@ -37,6 +37,7 @@ from statistics import median
 from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, MIN_PAIRED, calls_into
 from opsagent.analysis.steps import MIN_STEPS
 from opsagent.fixtures import Edge
+from opsagent.graph import callees_of
 from opsagent.models import CallGap, LogsData, MetricsData, Observation, TracesData
 
 MIN_CALLS_TEXT = f"at least {MIN_CALLS}"
@@ -287,9 +288,7 @@ def latency_in_findings(
             value = s.window_mean - s.baseline_mean
             if math.isfinite(value) and (s.component not in rise or value > rise[s.component][0]):
                 rise[s.component] = (value, obs.id, f"{s.signal} {s.baseline_mean:.0f} -> {s.window_mean:.0f} ms")
-    callees: dict[str, set[str]] = {}
-    for e in graph:
-        callees.setdefault(e.caller, set()).add(e.callee)
+    callees = callees_of(graph)
     values: dict[str, tuple[float, str, str]] = {}
     for component, (value, obs_id, why) in sorted(rise.items()):
         if component in measured:

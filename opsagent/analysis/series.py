@@ -214,12 +214,16 @@ def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> lis
 
 def partners(groups: Sequence[ScanGroup]) -> dict[int, ScanGroup]:
     """For each caller-side group of a call edge's metric, the callee-side group of the same edge and
-    metric (by position in ``groups``): the two ends' views of the same calls."""
-    servers = {(g.caller, g.component, g.metric): g for g in groups if g.caller and g.side == "server"}
+    metric (by position in ``groups``): the two ends' views of the same calls. Only an edge measured by
+    one series at each end: the difference of two aggregates (pods, versions) is no call's time between
+    the ends."""
+    servers = {
+        (g.caller, g.component, g.metric): g for g in groups if g.caller and g.side == "server" and len(g.members) == 1
+    }
     return {
         i: servers[(g.caller, g.component, g.metric)]
         for i, g in enumerate(groups)
-        if g.caller and g.side == "client" and (g.caller, g.component, g.metric) in servers
+        if g.caller and g.side == "client" and len(g.members) == 1 and (g.caller, g.component, g.metric) in servers
     }
 
 
@@ -276,8 +280,9 @@ def scan_stats(
     peers: PeerNoise | None = None,
     partner: ScanGroup | None = None,
 ) -> SeriesStats:
-    """One group's statistics; for the caller's side of an edge whose callee's side is ``partner``, with
-    the gap between the two (:func:`paired_gap`) where the metric measures time taken."""
+    """One group's statistics; for the caller's side of an edge whose callee's side is ``partner`` (as
+    :func:`partners` pairs them), with the gap between the two (:func:`paired_gap`) where the metric
+    measures time taken."""
     signal, spec = group.spec(catalog)
     edge, component = group.caller, group.component
     side = f', side="{group.side}"' if group.side else ""
@@ -294,10 +299,7 @@ def scan_stats(
         peers=peers,
     )
     gap = None
-    # One series at each end: the difference of two aggregates (pods, versions) is no call's time between
-    # the ends.
-    single = partner is not None and len(group.members) == len(partner.members) == 1
-    if partner is not None and single and meaning_of(group.metric) == "latency":
+    if partner is not None and meaning_of(group.metric) == "latency":
         gap = paired_gap(
             group.members[0],
             partner.members[0],
