@@ -359,7 +359,8 @@ def add_mechanism_features(
         data = obs.data
         if obs.ok and isinstance(data, LogsData) and data.service is not None:
             own[data.service] = (own_error_lines(data) / max(data.window_minutes, 1.0), obs.id)
-    every = [*mechanisms.findings(observations, graph), *mechanisms.own_error_findings(own)]
+    found_by = mechanisms.findings(observations, graph, paths=ranking.on("fixed_paths"))
+    every = [*found_by, *mechanisms.own_error_findings(own)]
     for f in every:
         weight = mechanisms.mechanism_weight(f.surprise)
         if weight > 0:

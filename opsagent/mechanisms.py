@@ -14,6 +14,8 @@ component of the incident:
 * ``vanished`` — a code fault removes expected behaviour: a step of the component's requests (a log
   line, a call) that used to follow another now rarely does (:mod:`opsagent.analysis.steps`), though
   the step before it still happens. Its callers log the failure; the component stops doing its work.
+  Where few requests came after onset, a step the code always took next (its fixed path) that most of
+  them now miss has vanished too, however unsure the exact test on so few.
 
 A detector's value for a component means little on its own: log and latency figures of innocent
 components routinely move a lot against a short baseline. So each value is judged against the same
@@ -88,6 +90,17 @@ OWN_ERRORS = Detector("own_errors", "lines/min", floor=0.5, minimum=0.5)
 #: recorded incidents: at 4, the component that threw was the only one so clear in 9 of 10 such cases,
 #: against 6 at CLEAR, where innocent components also crossed).
 VANISHED = Detector("vanished", "z", floor=1.0, minimum=3.0, clear=4.0)
+
+#: The same mechanism read categorically, where too few requests came for the exact test to be sure: a
+#: successor that followed a step in at least FIXED_PATH of at least FIXED_PATH_MIN requests before onset
+#: is the code's fixed path (were it followed only 7 times in 10, 8 in a row would happen 6 % of the
+#: time), and it is broken when it follows in at most BROKEN_SHARE of at least BROKEN_MIN requests after
+#: (were the path intact at FIXED_PATH, that would happen under 1 % of the time). The value is the
+#: share of requests that lost the step; a spread under a tenth of the requests is noise, and at
+#: least FIXED_PATH - BROKEN_SHARE of them must have lost it.
+FIXED_PATH, FIXED_PATH_MIN = 0.9, 8
+BROKEN_SHARE, BROKEN_MIN = 0.5, 5
+BROKEN_PATH = Detector("vanished", "share of requests", floor=0.1, minimum=FIXED_PATH - BROKEN_SHARE)
 
 #: A peak within this many spreads of the series' centre before onset is within its usual range: its
 #: rise is nothing the component did not do before (the same bar a shifted sample must clear,
@@ -312,12 +325,14 @@ def own_error_findings(lines: Mapping[str, tuple[float, str]]) -> list[Finding]:
     return judged(OWN_ERRORS, "mech:own_errors", values)
 
 
-def vanished_findings(observations: Iterable[Observation]) -> list[Finding]:
-    """Each component's sharpest missing step (from the traces read with the most components measured)."""
+def vanished_findings(observations: Iterable[Observation], *, paths: bool = True) -> list[Finding]:
+    """Each component's sharpest missing step (from the traces read with the most components measured),
+    read by how surely its share fell and (``paths``) by whether it was the code's fixed path, now broken
+    in most requests."""
     best, obs_id = _fullest(observations, lambda d: len(d.step_shortfalls))
     if best is None:
         return []
-    values = {}
+    values, broken = {}, {}
     for s in best.step_shortfalls:
         where = "in the baseline" if s.reference == "baseline" else "before onset"
         why = (
@@ -327,12 +342,22 @@ def vanished_findings(observations: Iterable[Observation]) -> list[Finding]:
         if s.branched > 0:
             why += f"; {s.branched:.0%} of its place went to a path the step already took (z discounted alike)"
         values[s.component] = (s.z, obs_id, why)
-    return judged(VANISHED, "mech:vanished", values)
+        fixed = s.share_before >= FIXED_PATH and s.steps_before >= FIXED_PATH_MIN
+        lost = s.share_after <= BROKEN_SHARE and s.steps_after >= BROKEN_MIN
+        share = (s.share_before - s.share_after) * (1.0 - s.branched) if fixed and lost else 0.0
+        broken[s.component] = (share, obs_id, f"{why}: the code's fixed path, broken in most requests")
+    if not paths:
+        return judged(VANISHED, "mech:vanished", values)
+    # One mechanism, two readings: each component keeps the one that stands out more.
+    by_z = {f.component: f for f in judged(VANISHED, "mech:vanished", values)}
+    by_path = {f.component: f for f in judged(BROKEN_PATH, "mech:vanished", broken)}
+    return [max(by_z[c], by_path[c], key=lambda f: f.surprise) for c in sorted(by_z)]
 
 
-def findings(observations: list[Observation], graph: Sequence[Edge] = ()) -> list[Finding]:
+def findings(observations: list[Observation], graph: Sequence[Edge] = (), *, paths: bool = True) -> list[Finding]:
     """Every detector over the incident's observations (``graph``: the call graph, for the callees'
-    share of a latency rise where there are no traces)."""
+    share of a latency rise where there are no traces; ``paths``: read broken fixed paths as vanished
+    steps too)."""
     capacity = capacity_findings(observations)
     # A caller out of CPU or of connections: the wire is not to blame for its slower calls.
     saturated = frozenset(
@@ -344,7 +369,7 @@ def findings(observations: list[Observation], graph: Sequence[Edge] = ()) -> lis
         *capacity,
         *calls_in,
         *latency_in_findings(observations, graph, measured=measured),
-        *vanished_findings(observations),
+        *vanished_findings(observations, paths=paths),
     ]
 
 

@@ -47,6 +47,8 @@ RULES: dict[str, str] = {
     "discovery": "metric names the catalog has never seen map to its signals by convention",
     "mechanisms": "fault mechanisms (capacity used, calls into a component slowed) judged against the "
     "incident's other components weigh by how clearly they stand out",
+    "fixed_paths": "a step the code always took next, now missing in most requests, has vanished however few "
+    "requests came",
     "out_of_service": "a caller whose dependency is out of service (a broken Kubernetes object) is not the cause",
     "clear_first": "an unproven cause whose kind is what telling evidence of its component shows (a mechanism "
     "that stood out in this incident, an object broken and saying why) ranks before less telling ones",

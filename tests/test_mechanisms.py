@@ -22,6 +22,7 @@ from opsagent.models import (
     Observation,
     SeriesStats,
     SourceKind,
+    StepShortfall,
     TracesData,
 )
 from opsagent.pipeline import investigate_recording
@@ -770,3 +771,46 @@ def test_the_component_that_stopped_a_step_is_named_and_its_kind_is_a_code_fault
     # A starved or cut-off component's requests time out: its missing steps are not a code fault.
     assert "mech:vanished" not in mechanisms.explained_within({"mech:vanished": 7.0, "mech:capacity:cpu_usage": 7.0})
     assert "mech:vanished" in mechanisms.placed_in.__globals__["OWN_PLACE"]
+
+
+def _shortfall(component: str, before: tuple[int, int], after: tuple[int, int], z: float) -> StepShortfall:
+    """A component's sharpest step shortfall: (times followed, times taken) before and after onset."""
+    return StepShortfall(
+        component=component,
+        step="serves order",
+        next_step="calls shipping ship",
+        reference="baseline",
+        steps_before=before[1],
+        share_before=before[0] / before[1],
+        steps_after=after[1],
+        share_after=after[0] / after[1],
+        z=z,
+    )
+
+
+def test_a_fixed_path_broken_in_most_requests_has_vanished_however_few_requests_came() -> None:
+    # The checkout's order step was followed by the shipping call in 10 of 10 requests before onset and
+    # in 2 of the 7 that came after: too few for the exact test to be sure (z 2.8, under its minimum),
+    # but the code's fixed path broke in most requests. A branchy step (followed 6 times in 10) that
+    # fell alike, a fixed path still taken by most requests, and one taken by too few requests after
+    # onset to say, are not broken paths.
+    shortfalls = [
+        _shortfall("checkout", (10, 10), (2, 7), 2.8),
+        _shortfall("web", (6, 10), (1, 7), 1.9),
+        _shortfall("cart", (20, 20), (5, 7), 2.1),
+        _shortfall("ads", (10, 10), (1, 4), 2.6),
+        _shortfall("email", (30, 30), (30, 30), 0.0),
+    ]
+    data = TracesData(
+        services=[], slowest_operations=[], error_spans={}, blocked_parents=[], step_shortfalls=shortfalls
+    )
+    obs = Observation(
+        id="t-1", source=SourceKind.traces, action=Action(tool="traces.summary"), data=data, text="", tokens=1
+    )
+    found = {f.component: f for f in mechanisms.vanished_findings([obs])}
+    assert found["checkout"].surprise >= mechanisms.CLEAR and found["checkout"].feature == "mech:vanished"
+    assert "fixed path" in found["checkout"].why and "29% of 7" in found["checkout"].why
+    assert all(found[c].surprise < mechanisms.CLEAR for c in ("web", "cart", "ads", "email"))
+    # Read by the exact test alone, the same incident names nothing.
+    by_z = {f.component: f for f in mechanisms.vanished_findings([obs], paths=False)}
+    assert all(f.surprise < mechanisms.CLEAR for f in by_z.values())
