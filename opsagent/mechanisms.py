@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from opsagent.analysis.gaps import GAP_MIN_MS, MIN_CALLS, MIN_PAIRED, calls_into
-from opsagent.analysis.steps import MIN_STEPS
+from opsagent.analysis.steps import BROKEN_SHARE, FIXED_PATH, MIN_STEPS, broken_share
 from opsagent.fixtures import Edge
 from opsagent.graph import callees_of
 from opsagent.models import CallGap, LogsData, MetricsData, Observation, TracesData
@@ -91,15 +91,10 @@ OWN_ERRORS = Detector("own_errors", "lines/min", floor=0.5, minimum=0.5)
 #: against 6 at CLEAR, where innocent components also crossed).
 VANISHED = Detector("vanished", "z", floor=1.0, minimum=3.0, clear=4.0)
 
-#: The same mechanism read categorically, where too few requests came for the exact test to be sure: a
-#: successor that followed a step in at least FIXED_PATH of at least FIXED_PATH_MIN requests before onset
-#: is the code's fixed path (were it followed only 7 times in 10, 8 in a row would happen 6 % of the
-#: time), and it is broken when it follows in at most BROKEN_SHARE of at least BROKEN_MIN requests after
-#: (were the path intact at FIXED_PATH, that would happen under 1 % of the time). The value is the
-#: share of requests that lost the step; a spread under a tenth of the requests is noise, and at
-#: least FIXED_PATH - BROKEN_SHARE of them must have lost it.
-FIXED_PATH, FIXED_PATH_MIN = 0.9, 8
-BROKEN_SHARE, BROKEN_MIN = 0.5, 5
+#: The same mechanism read categorically, where too few requests came for the exact test to be sure (a
+#: fixed path broken in most requests, opsagent.analysis.steps.broken_share): the value is the share of
+#: requests that lost the step; a spread under a tenth of the requests is noise, and at least
+#: FIXED_PATH - BROKEN_SHARE of them must have lost it.
 BROKEN_PATH = Detector("vanished", "share of requests", floor=0.1, minimum=FIXED_PATH - BROKEN_SHARE)
 
 #: A peak within this many spreads of the series' centre before onset is within its usual range: its
@@ -332,7 +327,8 @@ def vanished_findings(observations: Iterable[Observation], *, paths: bool = True
     best, obs_id = _fullest(observations, lambda d: len(d.step_shortfalls))
     if best is None:
         return []
-    values, broken = {}, {}
+    values: dict[str, tuple[float, str, str]] = {}
+    broken: dict[str, tuple[float, str, str]] = {}
     for s in best.step_shortfalls:
         where = "in the baseline" if s.reference == "baseline" else "before onset"
         why = (
@@ -341,11 +337,12 @@ def vanished_findings(observations: Iterable[Observation], *, paths: bool = True
         )
         if s.branched > 0:
             why += f"; {s.branched:.0%} of its place went to a path the step already took (z discounted alike)"
-        values[s.component] = (s.z, obs_id, why)
-        fixed = s.share_before >= FIXED_PATH and s.steps_before >= FIXED_PATH_MIN
-        lost = s.share_after <= BROKEN_SHARE and s.steps_after >= BROKEN_MIN
-        share = (s.share_before - s.share_after) * (1.0 - s.branched) if fixed and lost else 0.0
-        broken[s.component] = (share, obs_id, f"{why}: the code's fixed path, broken in most requests")
+        # A component may list its sharpest fall and, where it is another step, its most broken fixed path.
+        if s.component not in values or s.z > values[s.component][0]:
+            values[s.component] = (s.z, obs_id, why)
+        share = broken_share(s)
+        if s.component not in broken or share > broken[s.component][0]:
+            broken[s.component] = (share, obs_id, f"{why}: the code's fixed path, broken in most requests")
     if not paths:
         return judged(VANISHED, "mech:vanished", values)
     # One mechanism, two readings: each component keeps the one that stands out more.

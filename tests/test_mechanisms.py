@@ -814,3 +814,35 @@ def test_a_fixed_path_broken_in_most_requests_has_vanished_however_few_requests_
     # Read by the exact test alone, the same incident names nothing.
     by_z = {f.component: f for f in mechanisms.vanished_findings([obs], paths=False)}
     assert all(f.surprise < mechanisms.CLEAR for f in by_z.values())
+
+
+def test_a_broken_fixed_path_is_listed_beside_a_sharper_fall_of_another_step() -> None:
+    # "listed" is followed by "priced" in 60 of 60 requests before onset and in 40 of 60 after: a sure
+    # fall (many requests), but most still price. "ordered" is followed by "shipped" in 10 of 10 before
+    # and in 2 of 8 after: the code's fixed path, broken in most orders, though few came.
+    before = [["listed <*>", "priced <*>"]] * 60 + [["ordered <*>", "shipped <*>"]] * 10
+    after = [["listed <*>", "priced <*>"]] * 40 + [["listed <*>"]] * 20
+    after += [["ordered <*>", "shipped <*>"]] * 2 + [["ordered <*>"]] * 6
+    lines: list[StepLine] = []
+    for tag, when, requests in (
+        ("b", ONSET - timedelta(minutes=8), before),
+        ("a", ONSET + timedelta(minutes=1), after),
+    ):
+        for i, templates in enumerate(requests):
+            at = (when + timedelta(seconds=i * 0.5)).timestamp()
+            lines += [
+                StepLine(ts=at + 0.01 * k, service="api", span_id=f"{tag}{i}", template=t)
+                for k, t in enumerate(templates)
+            ]
+    found = [s for s in step_shortfalls([], lines, incident=_incident()) if s.component == "api"]
+    sharpest = max(found, key=lambda s: s.z)
+    assert sharpest.next_step == "logs priced <*>" and sharpest.share_after > 0.5
+    (path,) = [s for s in found if s.next_step == "logs shipped <*>"]
+    assert path.share_before == 1.0 and path.share_after == 0.25 and path.z < sharpest.z
+    # The detector reads both, one finding for the component: the reading that stands out more.
+    data = TracesData(services=[], slowest_operations=[], error_spans={}, blocked_parents=[], step_shortfalls=found)
+    obs = Observation(
+        id="t-1", source=SourceKind.traces, action=Action(tool="traces.summary"), data=data, text="", tokens=1
+    )
+    (finding,) = [f for f in mechanisms.vanished_findings([obs]) if f.component == "api"]
+    assert finding.surprise >= mechanisms.CLEAR
