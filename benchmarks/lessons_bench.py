@@ -333,11 +333,12 @@ def history_tables(runs: Sequence[History]) -> list[str]:
 
 def ceiling(runs: Sequence[History]) -> list[str]:
     """The most lessons could add to the mean AC@1 over the sets: every incident missed without lessons
-    made right; and the misses whose cause had been the cause of an earlier incident of the set (a past
+    made right; and the misses lessons could speak to at all: whose cause is a component the investigation
+    knew of (a lesson acts only on one) and had been the cause of an earlier incident of the set (a past
     cause is all a prior can name), the same kind too (all a refuted or overturned kind can carry)."""
     lines = [
-        f"{'ceiling':<18} {'n':>4} {'misses':>7} {'cause seen':>10} {'and kind':>9}   "
-        "(misses without lessons; of them, whose cause, and kind, was an earlier incident's)"
+        f"{'ceiling':<18} {'n':>4} {'misses':>7} {'cause seen':>10} {'and kind':>9}   (misses without lessons; "
+        "of them, whose cause is a component here and was an earlier incident's cause, and with its kind)"
     ]
     gains = {"all": 0.0, "cause": 0.0, "kind": 0.0}
     for h in runs:
@@ -345,8 +346,11 @@ def ceiling(runs: Sequence[History]) -> list[str]:
         for n, c in enumerate(h.cases):
             if c.off.hit1:
                 continue
-            earlier = [(e.truth.target, e.truth.kind) for e in h.cases[:n]]
             missed += 1
+            situation = c.on_report.situation
+            if situation is None or c.truth.target not in situation.components:
+                continue
+            earlier = [(e.truth.target, e.truth.kind) for e in h.cases[:n]]
             cause += any(t == c.truth.target for t, _ in earlier)
             same_kind += (c.truth.target, c.truth.kind) in earlier
         total = len(h.cases) or 1
