@@ -44,17 +44,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from statistics import median
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from opsagent.environment import EnvironmentMemory  # noqa: E402
-from opsagent.fixtures import Truth, load  # noqa: E402
+from opsagent.fixtures import Truth, load, read_header  # noqa: E402
 from opsagent.lessons import InMemoryLessons, concrete, finalised, retrieve  # noqa: E402
 from opsagent.logconfig import configure  # noqa: E402
 from opsagent.loop import Event, Recalled, Triaged  # noqa: E402
@@ -63,7 +61,15 @@ from opsagent.pipeline import investigate_fixture, investigate_recording  # noqa
 from opsagent.plan import load_default_playbooks  # noqa: E402
 from opsagent.playbooks import Playbook  # noqa: E402
 from opsagent.reasoner import PlaybookReasoner  # noqa: E402
-from opsagent.scoreboard import IncidentScore, Scoreboard, fixture_dirs, learn_from, replay, score  # noqa: E402
+from opsagent.scoreboard import (  # noqa: E402
+    IncidentScore,
+    Scoreboard,
+    fixture_dirs,
+    in_time_order,
+    learn_from,
+    replay,
+    score,
+)
 from opsagent.triage import ComponentProfile, Triage  # noqa: E402
 
 #: The development sets, under the shared data directory.
@@ -174,20 +180,11 @@ async def retries(corpus: Path, attempts: int) -> None:
 # ---------------------------------------------------------------- a system's history, in time order
 
 
-def in_time_order(directory: Path) -> list[Path]:
-    """The recorded incidents of a set by their alert's start (the header alone is read here)."""
-    starts = []
-    for d in fixture_dirs(directory):
-        header = yaml.safe_load((d / "incident.yaml").read_text())
-        starts.append((str(header["alert"]["startsAt"]), d.name, d))
-    return [d for _, _, d in sorted(starts)]
-
-
 def days(ordered: Sequence[Path]) -> list[str]:
-    """The distinct days the incidents' alerts started on."""
+    """The distinct days (UTC) the incidents' alerts started on, in order."""
     out = []
     for d in ordered:
-        start = str(yaml.safe_load((d / "incident.yaml").read_text())["alert"]["startsAt"])[:10]
+        start = read_header(d).alert.starts_at.astimezone(UTC).date().isoformat()
         if start not in out:
             out.append(start)
     return out
@@ -260,7 +257,7 @@ async def history(name: str, directory: Path, books: Sequence[Playbook]) -> Hist
     for d in ordered:
         recording, truth = load(d)
         assert truth is not None, f"{d}: no truth to score against"
-        day = recording.alert.starts_at.date().isoformat()
+        day = recording.alert.starts_at.astimezone(UTC).date().isoformat()
         if not first_day:
             first_day = day
         if frozen is None and day != first_day and split:  # the lessons of the first day, as they stood at its end
@@ -300,6 +297,7 @@ def history_tables(runs: Sequence[History]) -> list[str]:
         lines.append(
             f"{'mean over sets':<18} {'':>4} {off_mean:>8.3f} {on_mean:>8.3f}  (on - off {on_mean - off_mean:+.3f})"
         )
+        lines += ["", *ceiling(runs)]
     lines += [
         "",
         f"{'set':<18} {'fault kind':<26} {'n':>4} {'AC@1 off':>8} {'AC@1 on':>8} {'kind off':>8} {'kind on':>8}",
@@ -330,6 +328,38 @@ def history_tables(runs: Sequence[History]) -> list[str]:
                 f"{h.name:<18} {h.split_days:<44} {len(h.split):>4} {ac1(off):>8.3f} {ac1(on):>8.3f} "
                 f"{kind_share(off):>8.3f} {kind_share(on):>8.3f}"
             )
+    return lines
+
+
+def ceiling(runs: Sequence[History]) -> list[str]:
+    """The most lessons could add to the mean AC@1 over the sets: every incident missed without lessons
+    made right; and the misses lessons could speak to at all: whose cause is a component the investigation
+    knew of (a lesson acts only on one) and had been the cause of an earlier incident of the set (a past
+    cause is all a prior can name), the same kind too (all a refuted or overturned kind can carry)."""
+    lines = [
+        f"{'ceiling':<18} {'n':>4} {'misses':>7} {'cause seen':>10} {'and kind':>9}   (misses without lessons; "
+        "of them, whose cause is a component here and was an earlier incident's cause, and with its kind)"
+    ]
+    gains = {"all": 0.0, "cause": 0.0, "kind": 0.0}
+    for h in runs:
+        missed = cause = same_kind = 0
+        for n, c in enumerate(h.cases):
+            if c.off.hit1:
+                continue
+            missed += 1
+            situation = c.on_report.situation
+            if situation is None or c.truth.target not in situation.components:
+                continue
+            earlier = [(e.truth.target, e.truth.kind) for e in h.cases[:n]]
+            cause += any(t == c.truth.target for t, _ in earlier)
+            same_kind += (c.truth.target, c.truth.kind) in earlier
+        total = len(h.cases) or 1
+        for key, count in (("all", missed), ("cause", cause), ("kind", same_kind)):
+            gains[key] += count / total / len(runs)
+        lines.append(f"{h.name:<18} {len(h.cases):>4} {missed:>7} {cause:>10} {same_kind:>9}")
+    lines.append(
+        f"{'largest mean gain':<18} {'':>4} {gains['all']:>+7.3f} {gains['cause']:>+10.3f} {gains['kind']:>+9.3f}"
+    )
     return lines
 
 

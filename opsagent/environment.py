@@ -555,14 +555,44 @@ class EnvironmentMemory:
         contradicted = {usual.id: cause for usual, cause in contradictions(here)}
         effects += self.vetted(features, here, releases or {}, contradicted)
         released = {(e.component, e.feature) for e in effects}
-        for le in sorted(here, key=lambda le: le.id):
-            if le.teaches != "usual" or le.count < USUAL_MIN_SEEN or le.component is None or le.feature is None:
-                continue
-            if le.feature.startswith(RELEASE) or (le.component, le.feature) in released:
+        levels = [
+            le
+            for le in here
+            if le.teaches == "usual"
+            and le.count >= USUAL_MIN_SEEN
+            and le.component is not None
+            and le.feature is not None
+            and le.strength is not None
+            and not le.feature.startswith(RELEASE)
+        ]
+        # The same evidence can be usual on a component under several alerts (a lesson per alert): one level
+        # acts, the highest (ties: the lowest id), so that together they never discount more than half. A
+        # contradicted lesson does not speak (it holds off, below).
+        speaks: dict[tuple[str | None, str | None], Lesson] = {}
+        for le in sorted(levels, key=lambda le: (-(le.strength or 0.0), le.id)):
+            if le.id not in contradicted:
+                speaks.setdefault((le.component, le.feature), le)
+        for le in sorted(levels, key=lambda le: le.id):
+            if le.component is None or le.feature is None or (le.component, le.feature) in released:
                 continue
             own = features.get(le.component, {})
             value = own.get(le.feature)
             if not value or le.strength is None:
+                continue
+            level = speaks.get((le.component, le.feature))
+            if level is not None and level.id != le.id and le.id not in contradicted:
+                effects.append(
+                    LessonEffect(
+                        lesson_id=le.id,
+                        component=le.component,
+                        effect="held",
+                        feature=le.feature,
+                        before=value,
+                        after=value,
+                        why=f"not applied to {le.feature} on {le.component}: lesson {level.id} sets its usual level "
+                        f"there ({level.strength:.2f}, under {level.trigger.alert}); one level acts per evidence",
+                    )
+                )
                 continue
             if le.id in contradicted:
                 cause = contradicted[le.id]

@@ -540,6 +540,16 @@ def _tag_problems(path: Path, tags: Tags, truth: Truth | None, present: set[str]
     return out
 
 
+def read_header(directory: Path) -> IncidentFile:
+    """A recorded incident's header (``incident.yaml``) alone, without its telemetry; raise
+    :class:`FixtureError` naming every problem of it."""
+    problems: list[Problem] = []
+    header = _read_header(directory / "incident.yaml", problems)
+    if header is None:
+        raise FixtureError(problems or [Problem(str(directory), "not a recorded incident")])
+    return header
+
+
 def read_tags(directory: Path) -> Tags | None:
     """A recorded incident's tags, read from its header alone (selection need not load telemetry);
     None when it has none or its header cannot be read (loading it names the problem)."""

@@ -20,7 +20,7 @@ from statistics import median
 from pydantic import BaseModel
 
 from opsagent.errors import FixtureError, Problem
-from opsagent.fixtures import Truth, load, read_tags
+from opsagent.fixtures import Truth, load, read_header, read_tags
 from opsagent.lessons import (
     LessonMemory,
     about_environment,
@@ -157,6 +157,15 @@ def fixture_dirs(root: Path) -> list[Path]:
     if not dirs:
         raise FixtureError([Problem(str(root), "no recorded incidents here (directories with incident.yaml)")])
     return dirs
+
+
+def in_time_order(root: Path) -> list[Path]:
+    """The recorded incidents under ``root`` in the order their alerts fired (``startsAt`` as instants:
+    offsets are compared, not text); those that fired at the same instant (a set whose recordings carry
+    no time of their own) in case order, by folder name. Only the headers are read; one that cannot be
+    read raises :class:`FixtureError` with its problems."""
+    starts = [(read_header(d).alert.starts_at, d.name, d) for d in fixture_dirs(root)]
+    return [d for _, _, d in sorted(starts)]
 
 
 def tagged_dirs(root: Path, wanted: dict[str, str]) -> list[Path]:

@@ -126,6 +126,29 @@ def test_evidence_usual_on_a_component_is_discounted_by_at_most_half_and_the_rep
     assert use.acted and use.lowered == ["cart/*"] and effect.why in use.effects
 
 
+def test_evidence_usual_on_a_component_under_two_alerts_is_discounted_once_by_at_most_half() -> None:
+    # each alert keeps its own usual level (a lesson per alert); together they must not discount 6.0 to 1.5
+    other = situation().model_copy(
+        update={"alert": "ApiErrors@api", "evidence": {**situation().evidence, "cart": {"log:new_errors": 5.0}}}
+    )
+    lessons = learned(3) + _merged(other, 3, "db")
+    usual = sorted(
+        (le for le in lessons if le.teaches == "usual" and le.feature == "log:new_errors"), key=lambda le: le.id
+    )
+    assert len(usual) == 2 and {le.trigger.alert for le in usual} == {"ApiSlow@api", "ApiErrors@api"}
+    memory = EnvironmentMemory.of(lessons, incident())
+    features = {"cart": {"log:new_errors": 6.0}}
+    effects = memory.calibrate(features, SYSTEM)
+    assert features["cart"]["log:new_errors"] == 3.0
+    lowered = [e for e in effects if e.effect == "lowered"]
+    held = [e for e in effects if e.effect == "held"]
+    assert len(lowered) == 1 and len(held) == 1
+    speaker = next(le for le in usual if le.trigger.alert == "ApiErrors@api")  # the highest level speaks
+    assert lowered[0].lesson_id == speaker.id and held[0].lesson_id != speaker.id
+    assert f"lesson {speaker.id} sets its usual level" in held[0].why
+    assert {u.lesson_id: u.acted for u in memory.uses(effects)} == {speaker.id: True, held[0].lesson_id: False}
+
+
 def test_one_innocent_showing_is_not_yet_usual() -> None:
     features = {"cart": {"log:new_errors": 6.0}}
     assert EnvironmentMemory.of(learned(1), incident()).calibrate(features, SYSTEM) == []

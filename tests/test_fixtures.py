@@ -17,6 +17,7 @@ from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Obse
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
 from opsagent.reasoner import Decision, PlaybookReasoner
+from opsagent.scoreboard import in_time_order
 from opsagent.triage import Triage
 from tests.conftest import INCIDENTS, ORDER_INCIDENT, ROOT
 
@@ -62,6 +63,37 @@ def test_header_errors_name_the_field(tmp_path: Path) -> None:
     rendered = [str(p) for p in validate(_fixture(tmp_path, header))]
     assert any("[window.end]" in r and "after start" in r for r in rendered), rendered
     assert any("[truth.kind]" in r and "unknown fault kind" in r for r in rendered), rendered
+
+
+def _history(tmp_path: Path, starts: Mapping[str, str]) -> Path:
+    """A set of recorded incidents, one folder each, whose alerts fired at ``starts`` (folder -> startsAt)."""
+    for name, start in starts.items():
+        (tmp_path / name).mkdir()
+        header = dict(HEADER, alert=dict(HEADER["alert"], startsAt=start))
+        (tmp_path / name / "incident.yaml").write_text(yaml.safe_dump(header))
+    return tmp_path
+
+
+def test_a_history_is_replayed_in_the_order_its_alerts_fired_offsets_compared_as_instants(tmp_path: Path) -> None:
+    # 14:05+02:00 is 12:05 UTC: before 13:00Z, though its text sorts after it; b and c fired at the same
+    # instant (written in two offsets) and keep their case order
+    root = _history(
+        tmp_path,
+        {
+            "a": "2026-03-01T13:00:00Z",
+            "c": "2026-03-01T12:30:00Z",
+            "b": "2026-03-01T14:30:00+02:00",
+            "d": "2026-03-01T14:05:00+02:00",
+        },
+    )
+    assert [d.name for d in in_time_order(root)] == ["d", "b", "c", "a"]
+
+
+def test_a_history_with_an_unreadable_header_names_its_problem(tmp_path: Path) -> None:
+    root = _history(tmp_path, {"a": "2026-03-01T13:00:00Z", "b": "yesterday"})
+    with pytest.raises(FixtureError) as exc:
+        in_time_order(root)
+    assert "b/incident.yaml" in str(exc.value) and "alert.startsAt" in str(exc.value)
 
 
 def test_missing_incident_yaml_is_a_clear_error(tmp_path: Path) -> None:
