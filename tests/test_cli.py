@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import yaml
@@ -113,6 +114,18 @@ def test_replay_learn_then_lessons_on_uses_them() -> None:
     assert json.loads(result.stdout)["incidents"][0]["steps"] == 2
     bad = runner.invoke(app, ["replay", str(ORDER_INCIDENT), "--lessons", "maybe"])
     assert bad.exit_code == 2 and "maybe" in bad.output  # --lessons is a flag, as on investigate
+
+
+def test_replay_learn_meets_incidents_in_the_order_they_fired(tmp_path: Path) -> None:
+    # Folder names sort the later incident first; --learn replays in the order the alerts fired, so
+    # each incident learns only from those before it. Without --learn the folder order stays.
+    shutil.copytree(INCIDENTS / "ledger-db-pool-exhaustion", tmp_path / "a-later")
+    shutil.copytree(INCIDENTS / "ledger-projector-poison-message", tmp_path / "b-earlier")
+    learned = runner.invoke(app, ["replay", str(tmp_path), "--learn", "--json"])
+    assert learned.exit_code == 0, learned.output
+    assert [i["slug"] for i in json.loads(learned.stdout)["incidents"]] == ["b-earlier", "a-later"]
+    plain = runner.invoke(app, ["replay", str(tmp_path), "--json"])
+    assert [i["slug"] for i in json.loads(plain.stdout)["incidents"]] == ["a-later", "b-earlier"]
 
 
 def test_lessons_export_import_round_trip_rejects_bad_entries(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from opsagent.cli.options import JsonOpt, LessonsOpt, PlaybooksOpt, StrategyOpt
 from opsagent.errors import UserError
 from opsagent.fixtures import tag_filter
 from opsagent.plan import Planner
-from opsagent.scoreboard import IncidentScore, Scoreboard, replay, tagged_dirs
+from opsagent.scoreboard import IncidentScore, Scoreboard, in_time_order, replay, tagged_dirs
 from opsagent.store import StoreError
 
 
@@ -80,7 +80,7 @@ def replay_cmd(
     playbooks: PlaybooksOpt = None,
     use_lessons: LessonsOpt = False,
     learn: Annotated[
-        bool, typer.Option("--learn", metavar="", help="store the lessons each incident teaches (vs its truth)")
+        bool, typer.Option("--learn", metavar="", help="store the lessons each incident teaches (vs its truth), in the order the incidents fired")
     ] = False,
     tags: Annotated[
         list[str] | None,
@@ -94,6 +94,10 @@ def replay_cmd(
     """Replay recorded incidents and print a scoreboard (AC@1, AC@3, Avg@5, kind accuracy)."""
     try:
         dirs = tagged_dirs(directory, tag_filter(tags or []))
+        if learn:
+            # A team meets its incidents in the order they fired: each learns only from those before it.
+            chosen = set(dirs)
+            dirs = [d for d in in_time_order(directory) if d in chosen]
     except UserError as exc:
         fail(str(exc))
     config = settings()
