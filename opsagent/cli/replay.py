@@ -80,7 +80,12 @@ def replay_cmd(
     playbooks: PlaybooksOpt = None,
     use_lessons: LessonsOpt = False,
     learn: Annotated[
-        bool, typer.Option("--learn", metavar="", help="store the lessons each incident teaches (vs its truth), in the order the incidents fired")
+        bool,
+        typer.Option(
+            "--learn",
+            metavar="",
+            help="store the lessons each incident teaches (vs its truth), in the order the incidents fired",
+        ),
     ] = False,
     tags: Annotated[
         list[str] | None,
