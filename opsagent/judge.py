@@ -28,10 +28,11 @@ probe) is not direct and needs the second kind of source as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import structlog
 
+from opsagent.fixtures import Edge
 from opsagent.models import SOURCE_KINDS, Evidence, Hypothesis, KubernetesData, Observation, SourceKind, Verdict
 
 log = structlog.get_logger("opsagent.judge")
@@ -106,6 +107,32 @@ def judge(
         reason = stop_reason or "not enough evidence yet"
         verdict = Verdict(status="inconclusive", reason=reason, supporting=supporting)
     return verdict
+
+
+#: The mechanism that places a network delay on a component: the calls into it slowed, as its callers
+#: see them (:mod:`opsagent.mechanisms`).
+NETWORK_DELAY = "mech:calls_in"
+
+
+def explained_errors(
+    kind: str, component: str, graph: Sequence[Edge], features: Mapping[str, Mapping[str, float]]
+) -> str | None:
+    """Why a code-exception verdict cannot stand, or None where it can.
+
+    A delay on the wire makes code fail that has no fault: calls time out, a timed-out write is retried
+    and lands twice, and the next read finds two rows where it expects one. So a component's new
+    exceptions name a fault in its code only where no network delay shows on it, or on a component it
+    calls (whose slowness its calls run into): there the errors are what the delay does."""
+    if kind != "code_exception":
+        return None
+    callees = sorted({e.callee for e in graph if e.caller == component and e.callee != component})
+    delayed = [c for c in [component, *callees] if NETWORK_DELAY in features.get(c, {})]
+    if not delayed:
+        return None
+    return (
+        f"the errors of {component} come with the calls into {', '.join(delayed)} slowed ({NETWORK_DELAY}): "
+        "a network delay gives such errors without a fault in the code"
+    )
 
 
 def definitive(verdict: Verdict) -> bool:

@@ -1,6 +1,7 @@
 import pytest
 
-from opsagent.judge import judge
+from opsagent.fixtures import Edge
+from opsagent.judge import explained_errors, judge
 from opsagent.models import (
     Action,
     Evidence,
@@ -162,3 +163,18 @@ def test_a_refutation_outweighs_object_evidence() -> None:
     items = [ev("k-1", SourceKind.kubernetes), ev("k-2", SourceKind.kubernetes, "refutes", check="pending")]
     hypothesis = _hypothesis("cart", "scheduling_failure")
     assert judge(items, seen, available=KUBE, hypothesis=hypothesis).status == "refuted"
+
+
+DELAYED = {"pay": {"mech:calls_in": 3.0, "mech:own_errors": 2.0}, "inside-pay": {"mech:own_errors": 2.0}}
+CALLS = [Edge(caller="inside-pay", callee="pay"), Edge(caller="web", callee="inside-pay")]
+
+
+def test_errors_a_network_delay_explains_do_not_prove_a_code_exception() -> None:
+    # the delayed component's own errors, and its caller's, are what the delay does
+    assert explained_errors("code_exception", "pay", CALLS, DELAYED) is not None
+    assert explained_errors("code_exception", "inside-pay", CALLS, DELAYED) is not None
+    # two hops up the delay is not what its errors run into; and other kinds are not this rule's
+    assert explained_errors("code_exception", "web", CALLS, DELAYED) is None
+    assert explained_errors("network_degradation", "pay", CALLS, DELAYED) is None
+    # with no delay shown, new exceptions stand for a fault in the code
+    assert explained_errors("code_exception", "pay", CALLS, {"pay": {"mech:own_errors": 2.0}}) is None
