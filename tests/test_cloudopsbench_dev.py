@@ -73,6 +73,13 @@ CATEGORY_KIND_FLOORS = {
 }
 
 
+#: Confirmed verdicts: at least this many, and at least this share right on component and kind
+#: (measured 102 of 220, every one right, once the judge read an object's own field naming the fault
+#: as direct evidence and a code exception a network delay explains stopped being proven; 1 before,
+#: a network delay confirmed as a code exception).
+CONFIRMED_FLOOR, CONFIRMED_PRECISION_FLOOR = 95, 0.95
+
+
 @pytest.fixture(scope="module")
 def runs() -> list[tuple[str, str, Report, IncidentScore, str]]:
     """(system, category, report, score, the truth's object type) per case."""
@@ -136,3 +143,14 @@ def test_a_namespace_or_a_node_can_be_the_answer(runs: list) -> None:
 
 def test_every_investigation_over_kubernetes_state_names_a_suspect(runs: list) -> None:
     assert all(r.suspects for _, _, r, _, _ in runs), [s.slug for _, _, r, s, _ in runs if not r.suspects]
+
+
+def test_confirmed_verdicts_name_the_broken_component_and_its_kind(runs: list) -> None:
+    """A confirmed verdict is what an on-call engineer acts on without looking further: where the
+    cluster's objects name the fault (a quota's refusal, the scheduler's reason, an image that cannot
+    be pulled), the judge confirms it, and what it confirms is right."""
+    confirmed = [(r, s) for _, _, r, s, _ in runs if r.status == "confirmed" and r.root_cause is not None]
+    right = [s for r, s in confirmed if (r.root_cause.component, r.root_cause.kind) == (s.truth_service, s.truth_kind)]
+    wrong = [(s.slug, r.root_cause.component, r.root_cause.kind) for r, s in confirmed if s not in right]
+    assert len(confirmed) >= CONFIRMED_FLOOR, len(confirmed)
+    assert len(right) / len(confirmed) >= CONFIRMED_PRECISION_FLOOR, wrong
