@@ -54,7 +54,8 @@ CATEGORY_FLOORS = {
 #: between ready spells and exhausted databases were named, 0.745 before routes answering not found,
 #: 0.759 before a store restarted read-only was named a changed setting, 0.773 before callers' wrong
 #: addresses and what they fail to get were read; measured 0.859 with calls into a pod read from the
-#: latency series where there are no traces, 0.795 before).
+#: latency series where there are no traces, 0.795 before; 0.864 once a confirmed scheduling failure
+#: outranked the code exception its failed calls look like).
 COMPONENT_AND_KIND_FLOOR = 0.84
 #: Component and kind both right at top-1 where a crash-looping container's last lines name the cause
 #: (credentials or a connection refused, a name that does not resolve) or a database it cannot get a
