@@ -242,7 +242,7 @@ async def react(
                 steps[-1] = steps[-1].model_copy(update={"evidence": decision.evidence})
             yield StepTaken(hypothesis_id=hypothesis.id, step=steps[-1])
         evidence.extend(decision.evidence)
-        verdict = judge(evidence, toolbox.observations, available=available)
+        verdict = judge(evidence, toolbox.observations, available=available, hypothesis=hypothesis)
         if definitive(verdict):
             stop = StopReason(verdict.status)
             break
@@ -267,7 +267,7 @@ async def react(
         log.debug("verify.step", hypothesis=hypothesis.id, tool=decision.action.tool, obs=observation.id)
     detail = meter.describe(stop)
     with span("opsagent.judge", hypothesis=hypothesis.id, evidence=len(evidence)) as traced:
-        verdict = judge(evidence, toolbox.observations, available=available, stop_reason=detail)
+        verdict = judge(evidence, toolbox.observations, available=available, stop_reason=detail, hypothesis=hypothesis)
         traced.set_attribute("opsagent.verdict", verdict.status)
     log.info("judge.verdict", hypothesis=hypothesis.id, status=verdict.status, incident_id=incident.id)
     yield Concluded(hypothesis_id=hypothesis.id, verdict=verdict, stop_reason=stop, stop_detail=detail)

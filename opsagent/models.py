@@ -527,6 +527,14 @@ class KubeFinding(Frozen):
         default_factory=list, description="services it leaves without a ready pod (none: they still serve)"
     )
     at: AwareDatetime | None = Field(default=None, description="when the object last said so")
+    direct: bool = Field(
+        default=False,
+        description="the field names the fault itself (the scheduler's reason, an image the kubelet cannot "
+        "pull, a referenced object the API cannot find, a quota, zero replicas, a selector or port no pod "
+        "serves, a node not ready): the judge may confirm on it. False where the finding is read from "
+        "logs, inferred from what is absent, or is a symptom other causes give too (a crash loop, a failed "
+        "probe)",
+    )
 
 
 class KubernetesData(Frozen):

@@ -23,6 +23,7 @@ from opsagent.correlation import explain
 from opsagent.environment import EnvironmentMemory, named_as_reopened, releases_of, situation_of
 from opsagent.fixtures import Recording, Truth, load
 from opsagent.incident import open_incident
+from opsagent.judge import explained_errors
 from opsagent.lessons import Retrieved, retrieve
 from opsagent.links import links_for
 from opsagent.loop import Budget, Clock, Listener, Meter, Recalled, Triaged, WorkClock
@@ -341,12 +342,16 @@ def conclude(
 
 def disciplined(outcome: Outcome) -> Outcome:
     """Verdicts that the rest of the incident explains away are not proven: a latency-type verdict on a
-    component whose callers' own saturation explains the slower calls becomes inconclusive, saying so."""
+    component whose callers' own saturation explains the slower calls, or a code-exception verdict on a
+    component whose errors a network delay on it or on its callees explains, becomes inconclusive,
+    saying so."""
     features = {c.component: c.features for c in outcome.triage.components}
     results = []
     for r in outcome.results:
+        h, graph = r.hypothesis, outcome.triage.graph
         why = (
-            ranking.explained_latency(r.hypothesis.kind, r.hypothesis.component, outcome.triage.graph, features)
+            ranking.explained_latency(h.kind, h.component, graph, features)
+            or explained_errors(h.kind, h.component, graph, features)
             if r.verdict.status in ("confirmed", "probable")
             else None
         )

@@ -65,6 +65,29 @@ def test_each_analyzer_names_the_broken_object(
         assert found[0].field == field
 
 
+@pytest.mark.parametrize(
+    ("cluster", "direct"),
+    [
+        ("quota", True),  # the API's FailedCreate says "exceeded quota"
+        ("refused", True),  # ... or names the ServiceAccount it cannot find
+        ("scaled_to_zero", True),  # spec.replicas, scaled down since onset
+        ("missing_secret", True),  # CreateContainerConfigError names the Secret
+        ("unschedulable", True),  # the scheduler's reason: no node has the CPU
+        ("service_selector", True),  # spec.selector matches no pod
+        ("node_down", True),  # the node's Ready condition
+        ("claim_missing", False),  # a claim that does not exist: who should have made it?
+        ("scheduler_silent", False),  # read from what is absent
+        ("probe_kills", False),  # a probe fails on a wrong port and on an overloaded container alike
+        ("crash_loop", False),  # says that the container exits, not why
+    ],
+)
+def test_a_finding_is_direct_only_where_its_field_names_the_fault_itself(cluster: str, direct: bool) -> None:
+    """The judge confirms on a direct finding alone (opsagent.judge.object_evidence), so a finding is
+    direct only where the object's own field says what broke."""
+    (found,) = findings(cluster)
+    assert found.direct is direct, found
+
+
 def test_a_namespace_quota_is_named_with_the_refusal_that_shows_it() -> None:
     (quota,) = findings("quota")
     assert quota.object == "Namespace/shop"

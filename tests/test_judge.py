@@ -1,5 +1,19 @@
-from opsagent.judge import judge
-from opsagent.models import Action, Evidence, MetricsData, Observation, SourceKind, TracesData, VersionsData
+import pytest
+
+from opsagent.fixtures import Edge
+from opsagent.judge import explained_errors, judge
+from opsagent.models import (
+    Action,
+    Evidence,
+    Hypothesis,
+    KubeFinding,
+    KubernetesData,
+    MetricsData,
+    Observation,
+    SourceKind,
+    TracesData,
+    VersionsData,
+)
 
 
 def _obs(oid: str, source: SourceKind) -> Observation:
@@ -73,3 +87,94 @@ def test_the_version_comparison_is_its_own_kind_of_evidence_beside_metrics() -> 
     assert judge([ev("v-1", SourceKind.metrics), ev("t-1", SourceKind.traces)], seen, available=ALL).status == (
         "inconclusive"
     )
+
+
+def _cluster(oid: str, *findings: KubeFinding) -> Observation:
+    data = KubernetesData(service=None, findings=list(findings))
+    return Observation(
+        id=oid, action=Action(tool="kubernetes.pods"), source=SourceKind.kubernetes, data=data, text="", tokens=1
+    )
+
+
+def _finding(component: str, kind: str, *, direct: bool) -> KubeFinding:
+    return KubeFinding(
+        component=component,
+        component_type="workload",
+        object=f"Deployment/shop/{component}",
+        sign="unschedulable",
+        kind=kind,
+        why=f"{component} Pending: 0/3 nodes are available: 3 Insufficient cpu",
+        field="status.conditions[PodScheduled]",
+        direct=direct,
+    )
+
+
+def _hypothesis(component: str, kind: str) -> Hypothesis:
+    return Hypothesis(
+        id=f"{kind}@{component}",
+        component=component,
+        kind=kind,
+        statement="",
+        confirm_if=[],
+        refute_if=[],
+        prior=0.3,
+        score=0.3,
+    )
+
+
+KUBE = {SourceKind.kubernetes, SourceKind.logs, SourceKind.changes}
+
+
+def test_an_object_that_names_the_fault_on_the_component_confirms_it_without_a_second_source() -> None:
+    seen = {"k-1": _cluster("k-1", _finding("cart", "scheduling_failure", direct=True))}
+    one = [ev("k-1", SourceKind.kubernetes)]
+    verdict = judge(one, seen, available=KUBE, hypothesis=_hypothesis("cart", "scheduling_failure"))
+    assert verdict.status == "confirmed"
+    assert "Deployment/shop/cart status.conditions[PodScheduled]" in verdict.reason
+    # the rule without the hypothesis it is evidence for: one kind of source, as before
+    assert judge(one, seen, available=KUBE).status == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("finding", "hypothesis"),
+    [
+        # the object names another kind than the hypothesis: it does not prove this one
+        (_finding("cart", "scheduling_failure", direct=True), _hypothesis("cart", "code_exception")),
+        # another component's object
+        (_finding("cart", "scheduling_failure", direct=True), _hypothesis("web", "scheduling_failure")),
+        # a finding read from logs or a symptom other causes give too is not the object's own word
+        (_finding("cart", "scheduling_failure", direct=False), _hypothesis("cart", "scheduling_failure")),
+    ],
+)
+def test_object_evidence_must_name_the_hypothesis_kind_on_its_own_component(
+    finding: KubeFinding, hypothesis: Hypothesis
+) -> None:
+    seen = {"k-1": _cluster("k-1", finding)}
+    assert judge([ev("k-1", SourceKind.kubernetes)], seen, available=KUBE, hypothesis=hypothesis).status == (
+        "inconclusive"
+    )
+
+
+def test_a_refutation_outweighs_object_evidence() -> None:
+    seen = {
+        "k-1": _cluster("k-1", _finding("cart", "scheduling_failure", direct=True)),
+        "k-2": _cluster("k-2"),
+    }
+    items = [ev("k-1", SourceKind.kubernetes), ev("k-2", SourceKind.kubernetes, "refutes", check="pending")]
+    hypothesis = _hypothesis("cart", "scheduling_failure")
+    assert judge(items, seen, available=KUBE, hypothesis=hypothesis).status == "refuted"
+
+
+DELAYED = {"pay": {"mech:calls_in": 3.0, "mech:own_errors": 2.0}, "inside-pay": {"mech:own_errors": 2.0}}
+CALLS = [Edge(caller="inside-pay", callee="pay"), Edge(caller="web", callee="inside-pay")]
+
+
+def test_errors_a_network_delay_explains_do_not_prove_a_code_exception() -> None:
+    # the delayed component's own errors, and its caller's, are what the delay does
+    assert explained_errors("code_exception", "pay", CALLS, DELAYED) is not None
+    assert explained_errors("code_exception", "inside-pay", CALLS, DELAYED) is not None
+    # two hops up the delay is not what its errors run into; and other kinds are not this rule's
+    assert explained_errors("code_exception", "web", CALLS, DELAYED) is None
+    assert explained_errors("network_degradation", "pay", CALLS, DELAYED) is None
+    # with no delay shown, new exceptions stand for a fault in the code
+    assert explained_errors("code_exception", "pay", CALLS, {"pay": {"mech:own_errors": 2.0}}) is None

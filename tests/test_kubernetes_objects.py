@@ -47,8 +47,15 @@ def test_without_explaining_away_the_entry_service_outranks_the_namespace() -> N
     above what broke (explaining away, and the broken object's telling evidence ranking first)."""
     with ranking.without("out_of_service", "clear_first"):
         report, _ = asyncio.run(investigate_fixture(FIXTURE, playbooks=PLAYBOOKS))
-    names = [s.component for s in report.suspects]
+    # triage's order: the report's suspects put the namespace first anyway, its verdict confirmed on
+    # the quota's refusal (the judge reads the object, not the ranking)
+    assert report.search is not None
+    names = [c.component for c in report.search.components]
     assert names.index("web") < names.index("shop")
+    with_rules, _ = asyncio.run(investigate_fixture(FIXTURE, playbooks=PLAYBOOKS))
+    assert with_rules.search is not None
+    ranked = [c.component for c in with_rules.search.components]
+    assert ranked.index("shop") < ranked.index("web")
 
 
 def test_a_caller_of_an_out_of_service_dependency_keeps_a_share_of_its_own_score() -> None:
@@ -122,3 +129,24 @@ def test_a_component_whose_requests_its_entry_answers_not_found_outranks_the_ent
     (finding,) = reads[0].findings
     assert (finding.object, finding.sign, finding.affects) == ("Route/api/v1/cart", "route_not_found", ["cart"])
     assert "web answered the last 60 requests to /api/v1/cart (for cart) 404 Not Found" in finding.why
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "react"])
+def test_an_object_whose_field_names_the_fault_confirms_the_verdict(strategy: str) -> None:
+    """The quota's refusal (the ReplicaSet's FailedCreate) and the selector no pod matches (the
+    Service's spec) are the objects' own words: the judge confirms on them, though the cluster is the
+    only source that shows the fault."""
+    for fixture, expected in ((FIXTURE, ("shop", "scheduling_failure")), (SELECTOR, ("cart", "config_change"))):
+        report, _ = asyncio.run(investigate_fixture(fixture, playbooks=PLAYBOOKS, strategy_name=strategy))
+        assert report.status == "confirmed", fixture.name
+        assert report.root_cause is not None
+        assert (report.root_cause.component, report.root_cause.kind) == expected
+        assert any(e.source == "kubernetes" for e in report.evidence)
+
+
+def test_what_callers_say_of_a_component_does_not_confirm_on_its_own() -> None:
+    """Callers that cannot connect to cart while its pod is ready name cart's Service, but that is read
+    from their logs, not from an object's field: it ranks cart first, it does not confirm it."""
+    report, _ = asyncio.run(investigate_fixture(UNREACHABLE, playbooks=PLAYBOOKS))
+    assert report.suspects[0].component == "cart"
+    assert report.status != "confirmed"

@@ -44,6 +44,9 @@ MISSING_REFERENCE = re.compile(
 )
 #: Waiting reasons that say what a container's spec references is missing or wrong.
 CONFIG_WAITING = ("CreateContainerConfigError",)
+#: Pod causes whose field names the fault itself (a reference the kubelet cannot resolve, an image it
+#: cannot pull): direct, where a crash loop, an OOM kill or an unready pod is what other faults give too.
+DIRECT_POD_CAUSES = ("missing_reference", "image_pull")
 #: A pod's own state, in the order a workload's cause is read from it, with the kind each points to.
 POD_CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("missing_reference", "config_change", CONFIG_WAITING),
@@ -178,6 +181,7 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                         field="events[FailedCreate].message",
                         affects=lost,
                         at=quota.last_seen,
+                        direct=True,
                     )
                 )
                 continue
@@ -194,6 +198,7 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                         field="events[FailedCreate].message",
                         affects=lost,
                         at=missing.last_seen,
+                        direct=True,
                     )
                 )
                 continue
@@ -210,6 +215,8 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
             ]
             cause = _pod_cause(pods, kills, ooms)
             sign, fault, why, field = cause or ("unavailable", "unknown", "no pod says why", "status.readyReplicas")
+            placement = [e.message for e in _events(cluster, service, "FailedScheduling", since)]
+            direct = sign in DIRECT_POD_CAUSES or (sign == "unschedulable" and _placement_refused(pods, placement))
             out.append(
                 KubeFinding(
                     component=service,
@@ -220,9 +227,21 @@ def unavailable_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding
                     why=f"{ref} {shortfall}: {why}",
                     field=field,
                     affects=lost,
+                    direct=direct,
                 )
             )
     return out
+
+
+def _placement_refused(pods: Sequence[PodState], said: Sequence[str]) -> bool:
+    """The scheduler gave its reason for leaving the pods Pending (their PodScheduled condition's message,
+    or a FailedScheduling event), and the reason names no referenced object that is missing: a claim
+    that was never created is a missing reference (a quota may have refused it), not a placement the
+    cluster cannot make."""
+    # kubestate keeps the condition's bare reason where the read holds no message: that says no why
+    worded = [p.unschedulable for p in pods if p.unschedulable and p.unschedulable.lower() != "unschedulable"]
+    reasons = [*said, *worded]
+    return bool(reasons) and not any(MISSING_REFERENCE.search(r) for r in reasons)
 
 
 def probe_killed_workloads(cluster: Cluster, since: datetime) -> list[KubeFinding]:
@@ -313,6 +332,7 @@ def scaled_to_zero(cluster: Cluster, since: datetime) -> list[KubeFinding]:
                     field="spec.replicas",
                     affects=[service],
                     at=when,
+                    direct=when is not None,  # the scale-down is seen: it belongs to this incident
                 )
             )
     return out
@@ -360,6 +380,7 @@ def misrouted_services(cluster: Cluster, since: datetime) -> list[KubeFinding]:
                 why=why,
                 field=field,
                 affects=[svc.name],
+                direct=True,
             )
         )
     return out
@@ -425,6 +446,7 @@ def nodes_not_ready(cluster: Cluster, since: datetime) -> list[KubeFinding]:
                 why=f"node {node.name}: {', '.join(node.problems) or 'NotReady'}",
                 field="status.conditions[Ready]",
                 affects=affected,
+                direct=True,
             )
         )
     return out

@@ -149,7 +149,7 @@ class Chains:
 
     def verdict(self, chain: Chain) -> Verdict:
         """The judge's running assessment of what the chain has read so far."""
-        return judge(chain.evidence, self.toolbox.observations, available=self.available)
+        return judge(chain.evidence, self.toolbox.observations, available=self.available, hypothesis=chain.hypothesis)
 
     async def open(self, hypothesis: Hypothesis) -> Chain:
         """Start verifying ``hypothesis``; returns once its loop holds before its first call (or ended)."""
