@@ -679,6 +679,12 @@ class Verdict(Frozen):
     reason: str
     supporting: list[Evidence] = Field(default_factory=list)
     refuting: list[Evidence] = Field(default_factory=list)
+    explained: bool = Field(
+        default=False,
+        description="a verdict the judge would have proven, which the rest of the incident explains away (a "
+        "network delay behind the errors, callers' saturation behind the latency): not proven, and its kind "
+        "comes after the component's other open kinds",
+    )
 
 
 class StopReason(StrEnum):

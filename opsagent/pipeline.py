@@ -356,7 +356,9 @@ def disciplined(outcome: Outcome) -> Outcome:
             else None
         )
         if why is not None:
-            verdict = r.verdict.model_copy(update={"status": "inconclusive", "reason": f"not proven: {why}"})
+            verdict = r.verdict.model_copy(
+                update={"status": "inconclusive", "reason": f"not proven: {why}", "explained": True}
+            )
             r = r.model_copy(update={"verdict": verdict})
         results.append(r)
     return replace(outcome, results=results)

@@ -568,6 +568,8 @@ def suspects(
             # A kind whose mechanism proved itself in triage (a mech: feature it explains) is supported.
             named = any("/mech:" in f for f in h.explains) and on("mechanisms")
             weight = OPEN if named or (r is not None and r.verdict.supporting) else UNTESTED
+            if r is not None and r.verdict.explained:
+                weight = UNTESTED  # what explains it away is the better account of this component
             candidate = Suspect(
                 component=h.component,
                 kind=h.kind,

@@ -127,3 +127,33 @@ def test_an_open_cause_whose_mechanism_stood_out_ranks_before_one_with_more_but_
     with without("clear_first"):
         ranked = suspects([r.hypothesis for r in results], results, components, graph)
         assert ranked[0].component == "callee"
+
+
+def test_a_kind_the_incident_explains_away_comes_after_the_kind_that_explains_it() -> None:
+    # The pay service's errors were proven, then explained away by the network delay on the calls into
+    # it (pipeline.disciplined): its suspect kind is the delay, though the code fault scored higher.
+    def result(kind: str, score: float, explains: list[str], **verdict: object) -> HypothesisResult:
+        h = Hypothesis(
+            id=f"{kind}@pay",
+            component="pay",
+            kind=kind,
+            statement="s",
+            confirm_if=[],
+            refute_if=[],
+            prior=0.2,
+            score=score,
+            explains=explains,
+        )
+        seen = Evidence(observation_id="l-1", source=SourceKind.logs, stance="supports", statement="x")
+        v = Verdict(status="inconclusive", reason="r", supporting=[seen], **verdict)  # type: ignore[arg-type]
+        return HypothesisResult(hypothesis=h, steps=[], verdict=v, stop_reason=StopReason.no_checks_left)
+
+    code = result("code_exception", 0.5, ["pay/mech:own_errors"], explained=True)
+    delay = result("network_degradation", 0.3, ["pay/mech:calls_in"])
+    results = [code, delay]
+    ranked = suspects([r.hypothesis for r in results], results, [("pay", 5.0, [])], _edges(("web", "pay")))
+    assert (ranked[0].component, ranked[0].kind) == ("pay", "network_degradation")
+    # Not explained away, the higher-scoring code fault names the component.
+    plain = result("code_exception", 0.5, ["pay/mech:own_errors"])
+    ranked = suspects([plain.hypothesis, delay.hypothesis], [plain, delay], [("pay", 5.0, [])], _edges(("web", "pay")))
+    assert ranked[0].kind == "code_exception"
