@@ -12,8 +12,9 @@ import gzip
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -22,11 +23,14 @@ from pydantic import (
     ConfigDict,
     Field,
     FiniteFloat,
+    PlainSerializer,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import from_json
 
+from opsagent.analysis.columns import BATCH, SpanBatches, SpanColumns
 from opsagent.errors import ConfigError, FixtureError, Problem
 from opsagent.models import Alert, FaultKind, RolloutStep, TimeRange, possible
 from opsagent.yamltext import load_yaml
@@ -341,7 +345,9 @@ class Recording(BaseModel):
     metrics: list[MetricSeries]
     logs: list[LogRecord]
     changes: list[Change]
-    traces: list[Span]
+    traces: Annotated[SpanColumns, PlainSerializer(SpanColumns.as_json, return_type=dict[str, Any])] = Field(
+        description="the spans as columns: what every trace analysis reads"
+    )
     kubernetes: list[KubeObject] = Field(default_factory=list, description="Kubernetes objects as recorded")
     present: frozenset[str] = Field(description="which telemetry files the recording has")
 
@@ -375,6 +381,97 @@ _UNIQUE: dict[str, str] = {"changes": "id"}
 
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
     return list(_records(path, model, problems, unique, share_extras=True))
+
+
+def _read_spans(path: Path, problems: list[Problem]) -> SpanColumns:
+    """A traces file straight into columns: each line is parsed as JSON, and a batch of lines whose
+    every field has the plain form (texts, a start in unix ns, a finite duration of at least zero, a
+    known status) goes into the columns as read; any other line is validated as a :class:`Span`, so
+    it is coerced or refused, with the same problems, exactly as :func:`stream` would. Fields beyond
+    a span's own (pod, attributes) are validated, not kept: no trace analysis reads them, and
+    :func:`stream` yields whole spans where they are wanted."""
+    batches = SpanBatches()
+    lines = _span_lines(path, problems)
+    while batch := list(islice(lines, BATCH)):
+        records = [r for _, _, r in batch]
+        if not _plain_spans(records):
+            records = [r for r in (_span_record(path, *read, problems) for read in batch) if r is not None]
+        batches.add(
+            trace=[r["trace_id"] for r in records],
+            span_id=[r["span_id"] for r in records],
+            parent_id=[r["parent_id"] for r in records],
+            service=[r["service"] for r in records],
+            operation=[r["operation"] for r in records],
+            start=[r["start"] for r in records],
+            duration_us=[r["duration_us"] for r in records],
+            error=[r.get("status") == "error" for r in records],
+        )
+    return batches.columns()
+
+
+def _span_lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int, str, Any]]:
+    """Each line's number, its text and its JSON (None where it is not JSON: validation says why)."""
+    try:
+        for lineno, raw in enumerate(_open_lines(path), start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(Problem(str(path), not_utf8(exc), line=lineno))
+                continue
+            if not line or line.isspace():
+                continue
+            try:
+                yield lineno, line, from_json(line, cache_strings=True)
+            except ValueError:
+                yield lineno, line, None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        problems.append(Problem(str(path), f"cannot read: {exc}"))
+
+
+#: A span's status as the format names it; a line without one is "unset".
+_STATUSES = ("ok", "error", "unset")
+#: Unix ns fit in int64 (the start column's type); past it a start goes the way of an odd one.
+_NS_LIMIT = 2**63
+#: Integers up to this are floats exactly, so a duration given as one needs no rounding.
+_EXACT_INT = 2**53
+
+
+def _plain_spans(records: list[Any]) -> bool:
+    """Whether every record is a JSON object whose span fields have the plain form, the one that
+    :class:`Span` accepts as it is: checked a field at a time over the batch (loops in C)."""
+    if not all(type(r) is dict for r in records):
+        return False
+    texts = all(type(r.get(key)) is str for key in ("trace_id", "span_id", "service", "operation") for r in records)
+    return (
+        texts
+        and all(r.get("parent_id", 0) is None or type(r.get("parent_id")) is str for r in records)
+        and all(type(v) is int and -_NS_LIMIT <= v < _NS_LIMIT for v in (r.get("start") for r in records))
+        and all(_plain_duration(r.get("duration_us")) for r in records)
+        and all(r.get("status", "unset") in _STATUSES for r in records)
+    )
+
+
+def _plain_duration(value: Any) -> bool:
+    if type(value) is float:
+        return 0.0 <= value < float("inf")  # NaN compares false
+    return type(value) is int and 0 <= value <= _EXACT_INT
+
+
+def _span_record(path: Path, lineno: int, line: str, record: Any, problems: list[Problem]) -> dict[str, Any] | None:
+    """One line of a batch that is not all plain: as read where it is plain, else validated as a span
+    (its start in unix seconds where it was a time), or None with its problems."""
+    if _plain_spans([record]):
+        return record
+    try:
+        span = Span.__pydantic_validator__.validate_json(line)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if p != "json_invalid")
+            problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
+        return None
+    fields = dict(span.__dict__)
+    fields["start"] = span.start if type(span.start) is int else span.start_s
+    return fields
 
 
 def stream(path: Path, name: TelemetryName) -> Iterator[Any]:
@@ -504,11 +601,16 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
     if not header_path.exists():
         return None, None, [Problem(str(header_path), "missing: every recorded incident needs one")]
     header = _read_header(header_path, problems)
-    telemetry: dict[str, list[Any]] = {}
+    telemetry: dict[str, Any] = {}
     present: set[str] = set()
     for name in TELEMETRY:
         path = telemetry_file(directory, name)
-        telemetry[name] = [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))
+        if name == "traces":
+            telemetry[name] = SpanColumns.read([]) if path is None else _read_spans(path, problems)
+        else:
+            telemetry[name] = (
+                [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))
+            )
         if path is not None:
             present.add(name)
     if header is not None and header.tags is not None:

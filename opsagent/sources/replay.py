@@ -72,7 +72,7 @@ def known_services(rec: Recording) -> set[str]:
     names.update(e.caller for e in rec.topology)
     names.update(e.callee for e in rec.topology)
     names.update(r.service for r in rec.logs)
-    names.update(s.service for s in rec.traces)
+    names.update(rec.traces.services)
     names.update(c.service for c in rec.changes)
     for series in rec.metrics:
         names.update(series.labels[label] for label in SERVICE_LABELS if label in series.labels)
@@ -212,10 +212,10 @@ class ReplayTraces:
         self.recording = recording
         self._measured: dict[tuple[object, ...], tuple[list[CallGap], list[StepShortfall]]] = {}
 
-    @cached_property
+    @property
     def _columns(self) -> SpanColumns:
-        """The recording's spans as columns, read once for every analysis of them."""
-        return SpanColumns.read(self.recording.traces)
+        """The recording's spans, read into columns by the loader for every analysis of them."""
+        return self.recording.traces
 
     @cached_property
     def _spans(self) -> SpanTimes:
