@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from itertools import islice, repeat
+from itertools import filterfalse, islice, repeat
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -61,7 +61,7 @@ class SpanColumns:
         it = iter(spans)
         while batch := list(islice(it, BATCH)):
             batches.add(
-                trace=[s.trace_id for s in batch],
+                trace_id=[s.trace_id for s in batch],
                 span_id=[s.span_id for s in batch],
                 parent_id=[s.parent_id for s in batch],
                 service=[s.service for s in batch],
@@ -97,10 +97,9 @@ class SpanBatches:
     def __init__(self) -> None:
         self._services: dict[str, int] = {}
         self._operations: dict[str, int] = {}
-        self._keys: dict[tuple[str, str], int] = {}  # (trace, span id) -> code
+        self._traces: dict[str, int] = {}
         self._ids: dict[str, int] = {}  # span id -> code
-        self._service, self._operation = array("q"), array("q")
-        self._own, self._parent = array("q"), array("q")
+        self._service, self._operation, self._trace = array("q"), array("q"), array("q")
         self._span_id, self._parent_id = array("q"), array("q")
         self._duration_us, self._error = array("d"), array("b")
         # starts in unix ns, divided as one array at the end (an int divided by a float is the int made
@@ -112,7 +111,7 @@ class SpanBatches:
     def add(
         self,
         *,
-        trace: list[str],
+        trace_id: list[str],
         span_id: list[str],
         parent_id: list[str | None],
         service: list[str],
@@ -123,20 +122,13 @@ class SpanBatches:
     ) -> None:
         """One batch, each list a field of the same spans in order. ``start``: unix ns as an ``int``, or
         unix seconds as a ``float`` (a time read from RFC 3339); an empty parent id is no parent."""
-        n = len(trace)
-        parents = [p or None for p in parent_id]
-        keys: list[tuple[str, str] | None] = [None] * (2 * n)
-        keys[0::2] = zip(trace, span_id, strict=True)
-        keys[1::2] = [(t, p) if p else None for t, p in zip(trace, parents, strict=True)]
-        coded = _coded(self._keys, keys)
-        self._own.extend(coded[0::2])
-        self._parent.extend(coded[1::2])
-        ids: list[str | None] = [None] * (2 * n)
+        ids: list[str | None] = [None] * (2 * len(span_id))
         ids[0::2] = span_id
-        ids[1::2] = parents
+        ids[1::2] = [p or None for p in parent_id]
         coded = _coded(self._ids, ids)
         self._span_id.extend(coded[0::2])
         self._parent_id.extend(coded[1::2])
+        self._trace.extend(_coded(self._traces, trace_id))
         self._service.extend(_coded(self._services, service))
         self._operation.extend(_coded(self._operations, operation))
         self._duration_us.extend(array("d", duration_us))
@@ -151,6 +143,7 @@ class SpanBatches:
         self._seconds.extend(array("d", [v / 1e9 if type(v) is int else v for v in start]))
 
     def columns(self) -> SpanColumns:
+        own, parent, keys = self._pairs()
         return SpanColumns(
             services=tuple(self._services),
             operations=tuple(self._operations),
@@ -159,13 +152,30 @@ class SpanBatches:
             start=_column(self._ns, np.int64) / 1e9 if self._ns is not None else _column(self._seconds, np.float64),
             duration_us=_column(self._duration_us, np.float64),
             error=_column(self._error, np.int8).astype(bool),
-            own=_column(self._own, np.int64),
-            parent=_column(self._parent, np.int64),
-            keys=len(self._keys),
+            own=own,
+            parent=parent,
+            keys=keys,
             span_ids=tuple(self._ids),
             span_id=_column(self._span_id, np.int64),
             parent_id=_column(self._parent_id, np.int64),
         )
+
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Each span's (trace, span id) and (trace, parent id) coded in the order they first appear (own
+        before parent), -1 without a parent; and how many codes there are. Coded over the whole as
+        numbers, ``trace * ids + id`` (below 2**63 while traces and ids are each below 3 billion)."""
+        trace = _column(self._trace, np.int64)
+        span_id, parent_id = _column(self._span_id, np.int64), _column(self._parent_id, np.int64)
+        pairs = np.empty(2 * len(trace), dtype=np.int64)
+        pairs[0::2] = trace * len(self._ids) + span_id
+        pairs[1::2] = np.where(parent_id >= 0, trace * len(self._ids) + parent_id, -1)
+        named = pairs >= 0
+        distinct, first, inverse = np.unique(pairs[named], return_index=True, return_inverse=True)
+        rank = np.empty(len(distinct), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(distinct))
+        codes = np.full(len(pairs), -1, dtype=np.int64)
+        codes[named] = rank[inverse.reshape(-1)]
+        return codes[0::2].copy(), codes[1::2].copy(), len(distinct)
 
 
 _Text = TypeVar("_Text", bound=Hashable)
@@ -174,7 +184,9 @@ _Text = TypeVar("_Text", bound=Hashable)
 def _coded(table: dict[_Text, int], values: Sequence[_Text | None]) -> array[int]:
     """Each value's code in ``table``, new values given the next codes in the order they first appear;
     ``None`` is -1 and gets no code."""
-    new = [v for v in dict.fromkeys(values) if v is not None and v not in table]
+    new: list[Any] = list(filterfalse(table.__contains__, dict.fromkeys(values)))
+    if None in new:
+        new.remove(None)
     table.update(zip(new, range(len(table), len(table) + len(new)), strict=True))
     lookup: dict[Any, int] = table  # None is looked up too, and found missing
     return array("q", map(lookup.get, values, repeat(-1)))
