@@ -385,6 +385,16 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
     return list(_records(path, model, problems, unique, share_extras=True))
 
 
+def read_spans(path: Path) -> SpanColumns:
+    """A traces file read straight into columns, as :func:`load` reads a recording's: a few numbers a
+    span and its ids, never a record a span. Raises :class:`FixtureError` naming every bad line."""
+    problems: list[Problem] = []
+    columns = _read_spans(path, problems)
+    if problems:
+        raise FixtureError(problems)
+    return columns
+
+
 def _read_spans(path: Path, problems: list[Problem]) -> SpanColumns:
     """A traces file straight into columns: each line is parsed as JSON, and a batch of lines whose
     every field has the plain form (texts, a start in unix ns, a finite duration of at least zero, a

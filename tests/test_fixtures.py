@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from opsagent.analysis.columns import SpanColumns
 from opsagent.errors import FixtureError
-from opsagent.fixtures import Recording, json_schemas, load, stream, validate
+from opsagent.fixtures import Recording, json_schemas, load, read_spans, stream, validate
 from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
@@ -195,6 +195,9 @@ def test_a_bad_span_is_named_by_line_and_field_as_a_span_record_would_be(tmp_pat
             list(stream(lone, "traces"))
         streamed.append(exc.value.problems[0].message)
     assert [p.message for p in validate(d)] == streamed
+    with pytest.raises(FixtureError) as whole:  # the traces file alone, as a benchmark or a script reads it
+        read_spans(d / "traces.jsonl")
+    assert whole.value.problems == validate(d)
 
 
 def test_a_telemetry_file_streams_record_by_record_and_names_its_first_bad_line(tmp_path: Path) -> None:
