@@ -157,8 +157,16 @@ def test_spans_load_into_the_columns_the_span_records_give(
     d = _fixture(tmp_path, traces_jsonl="".join(json.dumps(x) + "\n" for x in lines))
     recording, _ = load(d)
     _columns_equal(recording.traces, SpanColumns.read(stream(d / "traces.jsonl", "traces")))
-    assert recording.traces.services == ("api", "db") and len(recording.traces) == 6
-    assert recording.traces.start[2] == datetime.fromisoformat("2026-03-01T14:00:00.2+01:00").timestamp()
+    spans = recording.traces
+    assert spans.services == ("api", "db") and len(spans) == 6
+    # (trace, span id) coded in the order first named, a span's own before its parent's
+    assert spans.own.tolist() == [0, 1, 2, 3, 5, 6] and spans.parent.tolist() == [-1, 0, -1, 4, 1, 5]
+    assert spans.keys == 7 and spans.span_ids == ("a", "b", "c", "d", "e")
+    assert spans.span_id.tolist() == [0, 1, 2, 1, 3, 4] and spans.parent_id.tolist() == [-1, 0, -1, 0, 1, 3]
+    assert spans.error.tolist() == [True, False, False, False, False, False]
+    assert spans.duration_us.tolist() == [5.5, 2.0, 1.0, 0.0, 1e-3, 7.0]
+    assert spans.start[2] == datetime.fromisoformat("2026-03-01T14:00:00.2+01:00").timestamp()
+    assert spans.start[4] == 2**63 / 1e9 and spans.start[0] == 1772373600000000000 / 1e9
 
 
 def test_a_bad_span_is_named_by_line_and_field_as_a_span_record_would_be(tmp_path: Path) -> None:
