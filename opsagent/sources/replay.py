@@ -9,6 +9,7 @@ The computations are the engine's (:mod:`opsagent.analysis`), shared with the li
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Literal
 
@@ -231,13 +232,15 @@ class ReplayTraces:
     @cached_property
     def _step_lines(self) -> list[StepLine]:
         """The recording's log lines that name their span (or trace), as steps of that span."""
-        out = []
-        for r in self.recording.logs:
-            span_id = (r.model_extra or {}).get("span_id")
-            key = str(span_id) if span_id else (f"{r.trace_id}/{r.service}" if r.trace_id else None)
-            if key is not None:
-                out.append((r.ts.timestamp(), r.service, key, r.message))
-        return step_lines(out)
+
+        def named() -> Iterator[tuple[float, str, str, str]]:  # one line at a time: never a list of them
+            for r in self.recording.logs:
+                span_id = (r.model_extra or {}).get("span_id")
+                key = str(span_id) if span_id else (f"{r.trace_id}/{r.service}" if r.trace_id else None)
+                if key is not None:
+                    yield r.ts.timestamp(), r.service, key, r.message
+
+        return step_lines(named())
 
     async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
         data = trace_summary(self._spans, self._edges, incident=incident, service=service)
