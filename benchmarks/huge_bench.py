@@ -13,7 +13,9 @@ children linked. Each command runs in a fresh process beside its anchor, alterna
 - logs: :func:`opsagent.fixtures.stream` into :class:`opsagent.logsummary.LogSummariser` (the whole
   summary: templates, counts, new and bursting, histograms);
 - traces: :func:`opsagent.fixtures.stream` into :func:`opsagent.analysis.spans.span_times`, then
-  the per-service trace summary over every service.
+  the per-service trace summary over every service;
+- columns: the same, the file read by :func:`opsagent.fixtures.read_spans` straight into columns,
+  as ``opsagent investigate`` loads a recording's spans.
 
 CPU is user + system of the child alone (``os.wait4``), peak is its VmHWM (its own peak, not the
 parent's it inherits at fork). Memory is bounded when the peak does not grow with the file: the
@@ -156,7 +158,12 @@ def child(kind: str, path: Path) -> None:
 
     alert = Alert(labels={"alertname": "HighLatency", "service": SERVICES[0]}, startsAt=baseline.end)
     incident = open_incident(alert, window=TimeRange(start=T0, end=window.end), baseline=baseline)
-    times = span_times(stream(path, "traces"))
+    if kind == "columns":
+        from opsagent.fixtures import read_spans
+
+        times = span_times(read_spans(path))
+    else:
+        times = span_times(stream(path, "traces"))
     summary = trace_summary(times, [], incident=incident, service=None)
     print(json.dumps({"records": len(times), "services": len(summary.services), "peak_mib": peak_mib()}))
 
@@ -194,14 +201,15 @@ def main() -> None:
         write_logs(logs, args.log_mb, rnd)
         write_traces(traces, args.spans, rnd)
         print(f"generated in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        for path, kind in ((logs, "logs"), (traces, "traces")):
+        for path, kinds in ((logs, ("logs",)), (traces, ("traces", "columns"))):
             size = path.stat().st_size / 2**20
-            anchor, ours = [], []
+            runs: dict[str, list[tuple[float, float, int]]] = {kind: [] for kind in ("read", *kinds)}
             for _ in range(args.repeat):
-                anchor.append(run("read", path))
-                ours.append(run(kind, path))
-            for name, runs in ((f"{path.name}: read + json.loads (anchor)", anchor), (f"{path.name}: {kind}", ours)):
-                rows.append((name, size, runs[0][2], median(r[0] for r in runs), median(r[1] for r in runs)))
+                for kind in runs:
+                    runs[kind].append(run(kind, path))
+            for kind, done in runs.items():
+                name = f"{path.name}: " + ("read + json.loads (anchor)" if kind == "read" else kind)
+                rows.append((name, size, done[0][2], median(r[0] for r in done), median(r[1] for r in done)))
     print(f"median of {args.repeat} run(s), one process each, anchor and command alternately")
     print(f"{'what':<40}{'MiB':>7}{'records':>11}{'CPU s':>8}{'peak MiB':>10}")
     for name, size, records, cpu, peak in rows:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from array import array
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from itertools import islice, repeat
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
+import numpy as np
 import yaml
 from pydantic import (
     AwareDatetime,
@@ -22,11 +25,14 @@ from pydantic import (
     ConfigDict,
     Field,
     FiniteFloat,
+    PlainSerializer,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import from_json
 
+from opsagent.analysis.columns import BATCH, SpanBatches, SpanColumns
 from opsagent.errors import ConfigError, FixtureError, Problem
 from opsagent.models import Alert, FaultKind, RolloutStep, TimeRange, possible
 from opsagent.yamltext import load_yaml
@@ -341,7 +347,9 @@ class Recording(BaseModel):
     metrics: list[MetricSeries]
     logs: list[LogRecord]
     changes: list[Change]
-    traces: list[Span]
+    traces: Annotated[SpanColumns, PlainSerializer(SpanColumns.as_json, return_type=dict[str, Any])] = Field(
+        description="the spans as columns: what every trace analysis reads"
+    )
     kubernetes: list[KubeObject] = Field(default_factory=list, description="Kubernetes objects as recorded")
     present: frozenset[str] = Field(description="which telemetry files the recording has")
 
@@ -375,6 +383,126 @@ _UNIQUE: dict[str, str] = {"changes": "id"}
 
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
     return list(_records(path, model, problems, unique, share_extras=True))
+
+
+def read_spans(path: Path) -> SpanColumns:
+    """A traces file read straight into columns, as :func:`load` reads a recording's: a few numbers a
+    span and its ids, never a record a span. Raises :class:`FixtureError` naming every bad line."""
+    problems: list[Problem] = []
+    columns = _read_spans(path, problems)
+    if problems:
+        raise FixtureError(problems)
+    return columns
+
+
+def _read_spans(path: Path, problems: list[Problem]) -> SpanColumns:
+    """A traces file straight into columns: each line is parsed as JSON, and a batch of lines whose
+    every field has the plain form (texts, a start in unix ns, a finite duration of at least zero, a
+    known status) goes into the columns as read; any other line is validated as a :class:`Span`, so
+    it is coerced or refused, with the same problems, exactly as :func:`stream` would. Fields beyond
+    a span's own (pod, attributes) are validated, not kept: no trace analysis reads them, and
+    :func:`stream` yields whole spans where they are wanted."""
+    batches = SpanBatches()
+    lines = _open_lines(path)
+    first = 1  # the line number of the batch's first line
+    try:
+        while raws := list(islice(lines, BATCH)):
+            try:  # bytes as read: JSON is UTF-8, and a line that is not fails here, to be named below
+                records = [from_json(raw, cache_strings=True) for raw in raws]
+            except ValueError:
+                records = []
+            fields = _plain_fields(records) if len(records) == len(raws) else None
+            if fields is None:
+                fields = _span_fields(_span_records(path, first, raws, problems))
+            first += len(raws)
+            batches.add(**fields)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        problems.append(Problem(str(path), f"cannot read: {exc}"))
+    return batches.columns()
+
+
+#: A span's fields as a batch of them is handed to the columns.
+_SPAN_FIELDS = ("trace_id", "span_id", "parent_id", "service", "operation", "start", "duration_us", "status")
+#: The span fields that are texts.
+_TEXTS = ("trace_id", "span_id", "service", "operation")
+#: A span's status as the format names it; a line without one is "unset".
+_STATUSES = {"ok", "error", "unset"}
+#: Unix ns fit in int64 (the start column's type); past it a start goes the way of an odd one.
+_NS_LIMIT = 2**63
+#: Integers up to this are floats exactly, so a duration given as one needs no rounding.
+_EXACT_INT = 2**53
+
+
+def _plain_fields(records: list[Any]) -> dict[str, list[Any]] | None:
+    """The span fields of a batch of parsed lines, one list a field, if every record is a JSON object
+    whose span fields have the plain form, the one :class:`Span` takes as it is; else None. Checked a
+    field at a time over the batch, in loops that run in C (``map``, ``set``, ``min``, numpy)."""
+    if not records or set(map(type, records)) != {dict}:
+        return None
+    fields: dict[str, list[Any]] = {name: list(map(dict.get, records, repeat(name))) for name in _SPAN_FIELDS}
+    if any(set(map(type, fields[name])) != {str} for name in _TEXTS):
+        return None
+    parents = set(map(type, fields["parent_id"]))
+    if not parents <= {str, type(None)}:
+        return None
+    if type(None) in parents and not all(map(dict.__contains__, records, repeat("parent_id"))):
+        return None  # a parent id must be given, if only as null
+    start = fields["start"]
+    if set(map(type, start)) != {int} or min(start) < -_NS_LIMIT or max(start) >= _NS_LIMIT:
+        return None
+    if not set(map(type, fields["duration_us"])) <= {int, float}:
+        return None
+    try:
+        duration = np.frombuffer(array("d", fields["duration_us"]), dtype=np.float64)
+    except OverflowError:  # an integer past any float
+        return None
+    if not (np.isfinite(duration).all() and (duration >= 0.0).all() and (duration <= _EXACT_INT).all()):
+        return None
+    status = list(map(dict.get, records, repeat("status"), repeat("unset")))
+    if set(map(type, status)) != {str} or not set(status) <= _STATUSES:
+        return None
+    fields["error"] = list(map("error".__eq__, status))
+    del fields["status"]
+    return fields
+
+
+def _span_fields(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The span fields of records already plain or validated, one list a field."""
+    fields = {name: [r[name] for r in records] for name in _SPAN_FIELDS if name != "status"}
+    fields["error"] = [r.get("status") == "error" for r in records]
+    return fields
+
+
+def _span_records(path: Path, first: int, raws: list[bytes], problems: list[Problem]) -> list[dict[str, Any]]:
+    """A batch that is not all plain, a line at a time: blank lines skipped, a plain line as read, any
+    other validated as a span (its start in unix seconds where it was a time), or its problems named."""
+    out = []
+    for lineno, raw in enumerate(raws, start=first):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(str(path), not_utf8(exc), line=lineno))
+            continue
+        if not line or line.isspace():
+            continue
+        try:
+            record = from_json(raw, cache_strings=True)
+        except ValueError:
+            record = None
+        if _plain_fields([record]) is not None:
+            out.append(record)
+            continue
+        try:
+            span = Span.__pydantic_validator__.validate_json(line)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = tuple(p for p in err["loc"] if p != "json_invalid")
+                problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
+            continue
+        fields = dict(span.__dict__)
+        fields["start"] = span.start if type(span.start) is int else span.start_s
+        out.append(fields)
+    return out
 
 
 def stream(path: Path, name: TelemetryName) -> Iterator[Any]:
@@ -504,11 +632,16 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
     if not header_path.exists():
         return None, None, [Problem(str(header_path), "missing: every recorded incident needs one")]
     header = _read_header(header_path, problems)
-    telemetry: dict[str, list[Any]] = {}
+    telemetry: dict[str, Any] = {}
     present: set[str] = set()
     for name in TELEMETRY:
         path = telemetry_file(directory, name)
-        telemetry[name] = [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))
+        if name == "traces":
+            telemetry[name] = SpanColumns.read([]) if path is None else _read_spans(path, problems)
+        else:
+            telemetry[name] = (
+                [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))
+            )
         if path is not None:
             present.add(name)
     if header is not None and header.tags is not None:

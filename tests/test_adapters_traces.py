@@ -15,7 +15,7 @@ import respx
 from adapters.jaeger.reader import JaegerReader
 from adapters.tempo.reader import TempoReader
 from opsagent.errors import MalformedResponse, QueryRejected, SourceTimeout, SourceUnavailable
-from opsagent.fixtures import Recording, load
+from opsagent.fixtures import Recording, Span, load, stream, telemetry_file
 from opsagent.incident import open_incident
 from opsagent.models import Incident, TracesData
 from opsagent.sources.live import LiveTraces
@@ -58,6 +58,13 @@ def _close(a: Any, b: Any, path: str = "") -> None:
         assert a == b, path
 
 
+def _spans() -> list[Span]:
+    """The recording's spans as records (a recording holds them as columns), to serve as Jaeger would."""
+    path = telemetry_file(ORDER_INCIDENT, "traces")
+    assert path is not None
+    return list(stream(path, "traces"))
+
+
 def _live(reader: JaegerReader | TempoReader, incident: Incident, service: str | None) -> TracesData:
     async def go() -> TracesData:
         try:
@@ -74,7 +81,7 @@ def _jaeger(**kw: Any) -> JaegerReader:
 
 @pytest.mark.parametrize("service", [None, "order-service"])
 def test_jaeger_summary_matches_replay(router: respx.Router, recording: Recording, service: str | None) -> None:
-    fake = FakeJaeger(recording.traces)
+    fake = FakeJaeger(_spans())
     fake.install(router, JAEGER)
     incident = _incident(recording)
     got = _live(_jaeger(), incident, service)
@@ -85,14 +92,14 @@ def test_jaeger_summary_matches_replay(router: respx.Router, recording: Recordin
 
 
 def test_jaeger_topology_matches_replay(router: respx.Router, recording: Recording) -> None:
-    FakeJaeger(recording.traces).install(router, JAEGER)
+    FakeJaeger(_spans()).install(router, JAEGER)
     incident = _incident(recording)
     got = asyncio.run(LiveTraces(_jaeger()).topology(incident=incident))
     assert got == asyncio.run(ReplayTraces(recording).topology(incident=incident))
 
 
 def test_tempo_summary_matches_replay(router: respx.Router, recording: Recording) -> None:
-    fake = FakeTempo(recording.traces)
+    fake = FakeTempo(_spans())
     fake.install(router, TEMPO)
     incident = _incident(recording)
     reader = TempoReader(httpx.AsyncClient(base_url=TEMPO), name="tempo", max_traces=10_000)
@@ -103,8 +110,8 @@ def test_tempo_summary_matches_replay(router: respx.Router, recording: Recording
 
 
 def test_tempo_reads_at_most_the_cap_and_skips_aged_out_traces(router: respx.Router, recording: Recording) -> None:
-    fake = FakeTempo(recording.traces)
-    router.get(url__regex=rf"{TEMPO}/api/traces/{recording.traces[0].trace_id}$").mock(
+    fake = FakeTempo(_spans())
+    router.get(url__regex=rf"{TEMPO}/api/traces/{_spans()[0].trace_id}$").mock(
         return_value=httpx.Response(404, text="trace not found")
     )
     fake.install(router, TEMPO)

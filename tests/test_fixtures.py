@@ -7,12 +7,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from pydantic import ValidationError
 
+from opsagent.analysis.columns import SpanColumns
 from opsagent.errors import FixtureError
-from opsagent.fixtures import Recording, json_schemas, load, stream, validate
+from opsagent.fixtures import Recording, json_schemas, load, read_spans, stream, validate
 from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
@@ -113,47 +115,129 @@ def test_gzipped_telemetry_loads(tmp_path: Path) -> None:
 
 def test_loaded_records_keep_which_fields_their_own_line_gave(tmp_path: Path) -> None:
     # records that set the same fields share one record of them: each still answers for itself
-    span = {"trace_id": "t", "span_id": "a", "parent_id": None, "service": "api", "operation": "GET /"}
+    log = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "GET /"}
     lines = [
-        dict(span, start=1772373600000000000, duration_us=5.0, status="error"),
-        dict(span, span_id="b", start=1772373601000000000, duration_us=7.0),
-        dict(span, span_id="c", start=1772373602000000000, duration_us=9.0, status="ok", pod="api-1"),
-        dict(span, span_id="d", start=1772373603000000000, duration_us=3.0),
+        dict(log, trace_id="t1"),
+        dict(log, message="GET /a"),
+        dict(log, message="GET /b", pod="api-1", span_id="s1"),
+        dict(log, message="GET /c"),
     ]
-    d = _fixture(tmp_path, traces_jsonl="".join(json.dumps(x) + "\n" for x in lines))
+    d = _fixture(tmp_path, logs_jsonl="".join(json.dumps(x) + "\n" for x in lines))
     recording, _ = load(d)
-    dumped = [s.model_dump(exclude_unset=True) for s in recording.traces]
+    dumped = [r.model_dump(mode="json", exclude_unset=True) for r in recording.logs]
     assert dumped == lines
-    assert [s.status for s in recording.traces] == ["error", "unset", "ok", "unset"]
+    assert [r.trace_id for r in recording.logs] == ["t1", None, None, None]
     with pytest.raises(ValidationError):  # a record as loaded cannot be changed (nor its fields' record)
-        recording.traces[1].status = "error"
-    assert recording.traces[3].model_dump(exclude_unset=True) == lines[3]
+        recording.logs[1].message = "changed"
+    assert recording.logs[3].model_dump(mode="json", exclude_unset=True) == lines[3]
 
 
 def test_records_with_the_same_extra_texts_share_them_and_keep_their_json_types(tmp_path: Path) -> None:
-    # a span's pod is one of a few: records holding the same texts share one dict of them, but 1,
-    # 1.0 and true (equal in Python) stay each record's own, and so do lists
-    span = {"trace_id": "t", "parent_id": None, "service": "api", "operation": "GET /", "duration_us": 1.0}
+    # a log line's host is one of a few: records holding the same texts share one dict of them, but
+    # 1, 1.0 and true (equal in Python) stay each record's own, and so do lists
+    log = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO"}
     extras: list[dict[str, Any]] = [
-        {"pod": "api-1"},
-        {"pod": "api-1"},
-        {"pod": "api-2"},
-        {"pod": "api-1", "version": None},
-        {"pod": "api-1", "version": None},
+        {"host": "node-1"},
+        {"host": "node-1"},
+        {"host": "node-2"},
+        {"host": "node-1", "version": None},
+        {"host": "node-1", "version": None},
         {"retries": 1},
         {"retries": True},
         {"retries": 1.0},
         {"tags": ["a"]},
         {"tags": ["a"]},
     ]
-    lines = [dict(span, span_id=f"s{i}", start=1772373600000000000 + i, **x) for i, x in enumerate(extras)]
+    lines = [dict(log, message=f"line {i}", **x) for i, x in enumerate(extras)]
+    d = _fixture(tmp_path, logs_jsonl="".join(json.dumps(x) + "\n" for x in lines))
+    logs = load(d)[0].logs
+    assert [r.model_dump(mode="json", exclude_unset=True) for r in logs] == lines
+    assert [type(r.model_extra["retries"]) for r in logs[5:8] if r.model_extra] == [int, bool, float]
+    assert logs[0].model_extra is logs[1].model_extra and logs[3].model_extra is logs[4].model_extra
+    assert logs[2].model_extra is not logs[0].model_extra
+    assert logs[8].model_extra is not logs[9].model_extra
+
+
+SPAN = {"trace_id": "t", "span_id": "a", "parent_id": None, "service": "api", "operation": "GET /"}
+
+
+def _columns_equal(got: SpanColumns, want: SpanColumns) -> None:
+    for name in SpanColumns.__dataclass_fields__:
+        a, b = getattr(got, name), getattr(want, name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+        else:
+            assert a == b, name
+
+
+@pytest.mark.parametrize("batch", [2, 4096])
+def test_spans_load_into_the_columns_the_span_records_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    # the loader reads spans from JSON straight into columns; every form a span may take (a start as
+    # RFC 3339 or beyond int64, a duration as an integer, no status, an empty parent id, a repeated
+    # span id, fields of its own) gives the columns its validated record gives
+    monkeypatch.setattr("opsagent.fixtures.BATCH", batch)
+    lines = [
+        dict(SPAN, start=1772373600000000000, duration_us=5.5, status="error", pod="api-1"),
+        dict(SPAN, span_id="b", parent_id="a", start=1772373600100000000, duration_us=2),
+        dict(SPAN, span_id="c", parent_id="", service="db", start="2026-03-01T14:00:00.2+01:00", duration_us=1.0),
+        dict(SPAN, span_id="b", parent_id="a", trace_id="u", start=1772373600300000000, duration_us=0, status="ok"),
+        dict(SPAN, span_id="d", parent_id="b", service="db", operation="q", start=2**63, duration_us=1e-3),
+        dict(SPAN, span_id="e", parent_id="d", start=1772373600500000000, duration_us=7.0, status="unset"),
+    ]
     d = _fixture(tmp_path, traces_jsonl="".join(json.dumps(x) + "\n" for x in lines))
-    traces = load(d)[0].traces
-    assert [s.model_dump(exclude_unset=True) for s in traces] == lines
-    assert [type(s.model_extra["retries"]) for s in traces[5:8] if s.model_extra] == [int, bool, float]
-    assert traces[0].model_extra is traces[1].model_extra and traces[3].model_extra is traces[4].model_extra
-    assert traces[2].model_extra is not traces[0].model_extra
-    assert traces[8].model_extra is not traces[9].model_extra
+    recording, _ = load(d)
+    _columns_equal(recording.traces, SpanColumns.read(stream(d / "traces.jsonl", "traces")))
+    spans = recording.traces
+    assert spans.services == ("api", "db") and len(spans) == 6
+    # (trace, span id) coded in the order first named, a span's own before its parent's
+    assert spans.own.tolist() == [0, 1, 2, 3, 5, 6] and spans.parent.tolist() == [-1, 0, -1, 4, 1, 5]
+    assert spans.keys == 7 and spans.span_ids == ("a", "b", "c", "d", "e")
+    assert spans.span_id.tolist() == [0, 1, 2, 1, 3, 4] and spans.parent_id.tolist() == [-1, 0, -1, 0, 1, 3]
+    assert spans.error.tolist() == [True, False, False, False, False, False]
+    assert spans.duration_us.tolist() == [5.5, 2.0, 1.0, 0.0, 1e-3, 7.0]
+    assert spans.start[2] == datetime.fromisoformat("2026-03-01T14:00:00.2+01:00").timestamp()
+    assert spans.start[4] == 2**63 / 1e9 and spans.start[0] == 1772373600000000000 / 1e9
+
+
+def test_a_bad_span_is_named_by_line_and_field_as_a_span_record_would_be(tmp_path: Path) -> None:
+    good = dict(SPAN, start=1772373600000000000, duration_us=1.0)
+    text = "".join(
+        line + "\n"
+        for line in (
+            json.dumps(good),
+            json.dumps(dict(good, duration_us=-1)),
+            json.dumps({k: v for k, v in good.items() if k != "parent_id"}),
+            "{not json",
+            json.dumps(dict(good, start="2026-03-01T14:00:00")),
+            json.dumps(dict(good, status="fine")),
+            json.dumps(dict(good, service=7)),
+            json.dumps([good]),
+        )
+    )
+    d = _fixture(tmp_path, traces_jsonl=text)
+    problems = [(p.line, p.field) for p in validate(d)]
+    assert problems == [
+        (2, "duration_us"),
+        (3, "parent_id"),
+        (4, "(record)"),
+        (5, "start"),
+        (6, "status"),
+        (7, "service"),
+        (8, "(record)"),
+    ]
+    streamed = []
+    for n in range(2, 9):  # the same problems as a stream of span records names, line by line
+        lone = tmp_path / f"{n}.jsonl"
+        lone.write_text(text.splitlines()[n - 1] + "\n")
+        with pytest.raises(FixtureError) as exc:
+            list(stream(lone, "traces"))
+        streamed.append(exc.value.problems[0].message)
+    assert [p.message for p in validate(d)] == streamed
+    with pytest.raises(FixtureError) as whole:  # the traces file alone, as a benchmark or a script reads it
+        read_spans(d / "traces.jsonl")
+    assert whole.value.problems == validate(d)
 
 
 def test_a_telemetry_file_streams_record_by_record_and_names_its_first_bad_line(tmp_path: Path) -> None:

@@ -3,26 +3,35 @@
 Walking a few hundred thousand span objects costs more than any arithmetic done on them, so the
 spans are read once, each field into an array and each text coded as a number, and the analyses
 (:mod:`opsagent.analysis.spans`, :mod:`opsagent.analysis.gaps`, :mod:`opsagent.analysis.steps`)
-read the arrays. It must stay a leaf: the analyses import it, and it imports none of them.
+read the arrays. A recording's spans go from JSON straight into these columns
+(:func:`opsagent.fixtures.load`), never one object a span. It must stay a leaf: the analyses and
+the loader import it, and it imports none of them.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, fields
+from itertools import filterfalse, islice, repeat
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from opsagent.fixtures import Span
+if TYPE_CHECKING:  # the loader imports this module: only the type, not the module, at run time
+    from opsagent.fixtures import Span
+
+#: How many spans are coded at a time: large enough that each batch's work runs in C, small enough
+#: that a batch's Python objects (its spans, or its parsed lines) stay a few MiB.
+BATCH = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class SpanColumns:
     """Spans as columns: one array a field, the i-th entry of each about span i, each text coded as a
-    number. Read once (:meth:`read`), then every analysis of the spans reads the arrays: walking a
-    few hundred thousand span objects costs more than any arithmetic done on them, so a recording's
-    spans are walked once, not once per analysis."""
+    number. Read once (:meth:`read`, or straight from a file by the loader), then every analysis of
+    the spans reads the arrays: walking a few hundred thousand span objects costs more than any
+    arithmetic done on them, so a recording's spans are walked once, not once per analysis."""
 
     services: tuple[str, ...]  # the distinct service names; ``service[i]`` indexes them
     operations: tuple[str, ...]
@@ -48,57 +57,25 @@ class SpanColumns:
     def read(cls, spans: Iterable[Span]) -> SpanColumns:
         """``spans`` read once: a stream of spans (a generator over a file) is never held whole, only a
         few numbers a span and the ids that link parents to children."""
-        service_codes: dict[str, int] = {}
-        operation_codes: dict[str, int] = {}
-        codes: dict[tuple[str, str], int] = {}
-        id_codes: dict[str, int] = {}
-        service, operation, own, parent = array("q"), array("q"), array("q"), array("q")
-        span_id, parent_id = array("q"), array("q")
-        duration_us, failed = array("d"), array("b")
-        # starts in unix ns, divided as one array at the end (an int divided by a float is the int made
-        # a float, then divided, in Python as in numpy: the same to the last bit); once one is not
-        # (RFC 3339, or beyond int64), every start is its start_s, as one span at a time
-        ns: array[int] | None = array("q")
-        seconds: array[float] = array("d")
-        for s in spans:
-            trace, pid = s.trace_id, s.parent_id
-            service.append(service_codes.setdefault(s.service, len(service_codes)))
-            operation.append(operation_codes.setdefault(s.operation, len(operation_codes)))
-            own.append(codes.setdefault((trace, s.span_id), len(codes)))
-            span_id.append(id_codes.setdefault(s.span_id, len(id_codes)))
-            if pid:
-                parent.append(codes.setdefault((trace, pid), len(codes)))
-                parent_id.append(id_codes.setdefault(pid, len(id_codes)))
-            else:
-                parent.append(-1)
-                parent_id.append(-1)
-            duration_us.append(s.duration_us)
-            failed.append(s.status == "error")
-            if ns is not None and type(s.start) is int:
-                try:
-                    ns.append(s.start)
-                    continue
-                except OverflowError:
-                    pass
-            if ns is not None:
-                seconds = array("d", [v / 1e9 for v in ns])
-                ns = None
-            seconds.append(s.start_s)
-        return cls(
-            services=tuple(service_codes),
-            operations=tuple(operation_codes),
-            service=_column(service, np.int64),
-            operation=_column(operation, np.int64),
-            start=_column(ns, np.int64) / 1e9 if ns is not None else _column(seconds, np.float64),
-            duration_us=_column(duration_us, np.float64),
-            error=_column(failed, np.int8).astype(bool),
-            own=_column(own, np.int64),
-            parent=_column(parent, np.int64),
-            keys=len(codes),
-            span_ids=tuple(id_codes),
-            span_id=_column(span_id, np.int64),
-            parent_id=_column(parent_id, np.int64),
-        )
+        batches = SpanBatches()
+        it = iter(spans)
+        while batch := list(islice(it, BATCH)):
+            batches.add(
+                trace_id=[s.trace_id for s in batch],
+                span_id=[s.span_id for s in batch],
+                parent_id=[s.parent_id for s in batch],
+                service=[s.service for s in batch],
+                operation=[s.operation for s in batch],
+                start=[s.start if type(s.start) is int else s.start_s for s in batch],
+                duration_us=[s.duration_us for s in batch],
+                error=[s.status == "error" for s in batch],
+            )
+        return batches.columns()
+
+    def as_json(self) -> dict[str, Any]:
+        """Each column as JSON values (a recording's dump shows its spans as read)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: v.tolist() if isinstance(v, np.ndarray) else v for name, v in out.items()}
 
     def last_of(self, codes: np.ndarray, size: int) -> np.ndarray:
         """For each of ``size`` codes, the index of the last span whose ``codes`` entry it is (-1 where
@@ -108,6 +85,111 @@ class SpanColumns:
             distinct, first_from_end = np.unique(codes[::-1], return_index=True)
             found[distinct] = len(codes) - 1 - first_from_end
         return found
+
+
+class SpanBatches:
+    """Spans added a batch of fields at a time, coded as they come; :meth:`columns` ends the read.
+
+    Each text is coded in the order it first appears (a span's own id before its parent's), so the
+    columns are the same whichever way the spans were read. Each batch's work runs in C (``dict``,
+    ``map``, ``array``): no Python statement runs once a span, only once a new text."""
+
+    def __init__(self) -> None:
+        self._services: dict[str, int] = {}
+        self._operations: dict[str, int] = {}
+        self._traces: dict[str, int] = {}
+        self._ids: dict[str, int] = {}  # span id -> code
+        self._service, self._operation, self._trace = array("q"), array("q"), array("q")
+        self._span_id, self._parent_id = array("q"), array("q")
+        self._duration_us, self._error = array("d"), array("b")
+        # starts in unix ns, divided as one array at the end (an int divided by a float is the int made
+        # a float, then divided, in Python as in numpy: the same to the last bit); once one is not
+        # (RFC 3339, or beyond int64), every start is its start_s, as one span at a time
+        self._ns: array[int] | None = array("q")
+        self._seconds: array[float] = array("d")
+
+    def add(
+        self,
+        *,
+        trace_id: list[str],
+        span_id: list[str],
+        parent_id: list[str | None],
+        service: list[str],
+        operation: list[str],
+        start: list[int | float],
+        duration_us: list[float],
+        error: list[bool],
+    ) -> None:
+        """One batch, each list a field of the same spans in order. ``start``: unix ns as an ``int``, or
+        unix seconds as a ``float`` (a time read from RFC 3339); an empty parent id is no parent."""
+        ids: list[str | None] = [None] * (2 * len(span_id))
+        ids[0::2] = span_id
+        ids[1::2] = [p or None for p in parent_id]
+        coded = _coded(self._ids, ids)
+        self._span_id.extend(coded[0::2])
+        self._parent_id.extend(coded[1::2])
+        self._trace.extend(_coded(self._traces, trace_id))
+        self._service.extend(_coded(self._services, service))
+        self._operation.extend(_coded(self._operations, operation))
+        self._duration_us.extend(array("d", duration_us))
+        self._error.extend(array("b", error))
+        if self._ns is not None:
+            try:
+                self._ns.extend(array("q", start))  # type: ignore[arg-type]  # a float raises TypeError
+                return
+            except (TypeError, OverflowError):  # a time in seconds, or beyond int64
+                self._seconds = array("d", [v / 1e9 for v in self._ns])
+                self._ns = None
+        self._seconds.extend(array("d", [v / 1e9 if type(v) is int else v for v in start]))
+
+    def columns(self) -> SpanColumns:
+        own, parent, keys = self._pairs()
+        return SpanColumns(
+            services=tuple(self._services),
+            operations=tuple(self._operations),
+            service=_column(self._service, np.int64),
+            operation=_column(self._operation, np.int64),
+            start=_column(self._ns, np.int64) / 1e9 if self._ns is not None else _column(self._seconds, np.float64),
+            duration_us=_column(self._duration_us, np.float64),
+            error=_column(self._error, np.int8).astype(bool),
+            own=own,
+            parent=parent,
+            keys=keys,
+            span_ids=tuple(self._ids),
+            span_id=_column(self._span_id, np.int64),
+            parent_id=_column(self._parent_id, np.int64),
+        )
+
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Each span's (trace, span id) and (trace, parent id) coded in the order they first appear (own
+        before parent), -1 without a parent; and how many codes there are. Coded over the whole as
+        numbers, ``trace * ids + id`` (below 2**63 while traces and ids are each below 3 billion)."""
+        trace = _column(self._trace, np.int64)
+        span_id, parent_id = _column(self._span_id, np.int64), _column(self._parent_id, np.int64)
+        pairs = np.empty(2 * len(trace), dtype=np.int64)
+        pairs[0::2] = trace * len(self._ids) + span_id
+        pairs[1::2] = np.where(parent_id >= 0, trace * len(self._ids) + parent_id, -1)
+        named = pairs >= 0
+        distinct, first, inverse = np.unique(pairs[named], return_index=True, return_inverse=True)
+        rank = np.empty(len(distinct), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(distinct))
+        codes = np.full(len(pairs), -1, dtype=np.int64)
+        codes[named] = rank[inverse.reshape(-1)]
+        return codes[0::2].copy(), codes[1::2].copy(), len(distinct)
+
+
+_Text = TypeVar("_Text", bound=Hashable)
+
+
+def _coded(table: dict[_Text, int], values: Sequence[_Text | None]) -> array[int]:
+    """Each value's code in ``table``, new values given the next codes in the order they first appear;
+    ``None`` is -1 and gets no code."""
+    new: list[Any] = list(filterfalse(table.__contains__, dict.fromkeys(values)))
+    if None in new:
+        new.remove(None)
+    table.update(zip(new, range(len(table), len(table) + len(new)), strict=True))
+    lookup: dict[Any, int] = table  # None is looked up too, and found missing
+    return array("q", map(lookup.get, values, repeat(-1)))
 
 
 def _column(values: array[int] | array[float], dtype: type[np.generic]) -> np.ndarray:

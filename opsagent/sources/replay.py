@@ -9,6 +9,7 @@ The computations are the engine's (:mod:`opsagent.analysis`), shared with the li
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Literal
 
@@ -72,7 +73,7 @@ def known_services(rec: Recording) -> set[str]:
     names.update(e.caller for e in rec.topology)
     names.update(e.callee for e in rec.topology)
     names.update(r.service for r in rec.logs)
-    names.update(s.service for s in rec.traces)
+    names.update(rec.traces.services)
     names.update(c.service for c in rec.changes)
     for series in rec.metrics:
         names.update(series.labels[label] for label in SERVICE_LABELS if label in series.labels)
@@ -212,10 +213,10 @@ class ReplayTraces:
         self.recording = recording
         self._measured: dict[tuple[object, ...], tuple[list[CallGap], list[StepShortfall]]] = {}
 
-    @cached_property
+    @property
     def _columns(self) -> SpanColumns:
-        """The recording's spans as columns, read once for every analysis of them."""
-        return SpanColumns.read(self.recording.traces)
+        """The recording's spans, read into columns by the loader for every analysis of them."""
+        return self.recording.traces
 
     @cached_property
     def _spans(self) -> SpanTimes:
@@ -231,13 +232,15 @@ class ReplayTraces:
     @cached_property
     def _step_lines(self) -> list[StepLine]:
         """The recording's log lines that name their span (or trace), as steps of that span."""
-        out = []
-        for r in self.recording.logs:
-            span_id = (r.model_extra or {}).get("span_id")
-            key = str(span_id) if span_id else (f"{r.trace_id}/{r.service}" if r.trace_id else None)
-            if key is not None:
-                out.append((r.ts.timestamp(), r.service, key, r.message))
-        return step_lines(out)
+
+        def named() -> Iterator[tuple[float, str, str, str]]:  # one line at a time: never a list of them
+            for r in self.recording.logs:
+                span_id = (r.model_extra or {}).get("span_id")
+                key = str(span_id) if span_id else (f"{r.trace_id}/{r.service}" if r.trace_id else None)
+                if key is not None:
+                    yield r.ts.timestamp(), r.service, key, r.message
+
+        return step_lines(named())
 
     async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
         data = trace_summary(self._spans, self._edges, incident=incident, service=service)
