@@ -312,6 +312,45 @@ def test_messages_that_differ_in_numbers_share_a_template() -> None:
     assert a is b
 
 
+def test_a_busy_node_finds_the_same_templates_as_comparing_each_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node past INDEX_FROM templates counts shared tokens from its index; the templates found, and
+    # the positions each widens, must be those of comparing every template in turn (index never built)
+    import random
+
+    from opsagent.logsummary import mining
+
+    rng = random.Random(24)
+    words = ["alpha", "beta", "<NUM>", "gamma", "<*>", "delta"]
+    streams = [
+        ["resolve", *(rng.choice(words) if rng.random() < 0.6 else f"bn{rng.randrange(999)}" for _ in range(11))]
+        for _ in range(3000)
+    ]
+
+    def mine() -> tuple[list[tuple[int | None, list[tuple[int, str]]]], list[str], list[int]]:
+        miner = TemplateMiner()
+        out = []
+        for tokens in streams:
+            template, widened = miner.add(tokens)
+            out.append((template.index if template else None, widened))
+        return out, [t.text for t in miner.templates], miner.merged()
+
+    indexed = mine()
+    assert max(len(node.templates) for node in _nodes(TemplateMiner(), streams)) >= mining.INDEX_FROM
+    monkeypatch.setattr(mining, "INDEX_FROM", 10**9)
+    assert mine() == indexed
+
+
+def _nodes(miner: TemplateMiner, streams: list[list[str]]) -> list[object]:
+    for tokens in streams:
+        miner.add(tokens)
+    found, todo = [], list(miner._root.values())
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(node.children.values())
+    return found
+
+
 def test_vm_started_and_vm_paused_stay_distinguishable() -> None:
     lines = [
         Line(
