@@ -501,3 +501,35 @@ def test_secrets_are_masked_before_lines_are_mined_into_templates() -> None:
     mined = json.dumps([t.model_dump(mode="json", exclude={"sample"}) for t in data.templates])
     assert not any(key in mined for key in keys) and "hunterLetters" not in mined
     assert any("X-Api-Key: [REDACTED:secret]" in t.template for t in data.templates)
+
+
+def test_a_shape_the_redaction_gate_passes_is_redacted_once_not_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # messages that differ only in their digits share a shape: when the gate finds none of its words
+    # in the shape, no message of that shape can hold one, and the chain is not run for each of them
+    from opsagent.logsummary import summary
+
+    calls: list[str] = []
+
+    def counted(text: str, chain: object) -> tuple[str, int]:
+        calls.append(text)
+        return redact(text, chain)  # type: ignore[arg-type]
+
+    redact = summary.redact
+    monkeypatch.setattr(summary, "redact", counted)
+    lines = [Line(at(61), "api", "INFO", f"served order {n} in {n % 97} ms") for n in range(1000, 1500)]
+    LogSummariser().summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    assert len(calls) <= 2  # not once per distinct message (500)
+
+
+def test_a_secret_differing_from_a_clean_message_only_in_digits_is_still_redacted() -> None:
+    # Google's OAuth tokens start "ya29.": a gate word with digits. "ya11.…" passes the gate, "ya29.…"
+    # of the same shape does not: the shape's gate must read the word as a shape writes it
+    token = "a0AfH6SMBxLettersAndDigits1234567890"
+    lines = [
+        Line(at(61), "api", "ERROR", f"upstream said ya11.{token} for order 7"),
+        Line(at(62), "api", "ERROR", f"upstream said ya29.{token} for order 8"),
+    ]
+    data = LogSummariser().summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    mined = json.dumps([t.model_dump(mode="json", exclude={"sample"}) for t in data.templates])
+    assert "ya29." + token not in mined
+    assert "ya11." + token in mined or "<*>" in mined
