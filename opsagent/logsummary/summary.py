@@ -241,14 +241,17 @@ class LogSummariser:
         # characters are digits, never which (save the 0 of 0x: see _verbatim).
         shape = shape_of(message)
         known = self._shapes.get(shape)
-        if known is None or not known.clean:
+        # one search of the gate a shape, instead of the chain's own gate a message
+        clean = known.clean if known is not None else self._is_clean(shape)
+        if not clean:
             redacted = redact(message, self._redaction)[0]
             if redacted != message:
                 message, shape = redacted, shape_of(redacted)
                 known = self._shapes.get(shape)
+                clean = known.clean if known is not None else self._is_clean(shape)
         raw = message.partition("\n")[0][:MAX_LINE].split()
         if known is None:
-            known = self._shape(shape, len(raw))
+            known = self._shape(shape, len(raw), clean=clean)
         elif known.plain:
             return _Parsed(known.key, known.kid, known.kid, tuple(raw), known.families, known.oddities)
         if known.groups is not None:
@@ -269,9 +272,13 @@ class LogSummariser:
             families = tuple(resolve([*families, *numeric_families(message, known.maybe)]))
         return _Parsed(key, kid, shape_kid, tuple(raw), families, known.oddities)
 
-    def _shape(self, shape: str, tokens: int) -> _Shape:
+    def _is_clean(self, shape: str) -> bool:
+        """Whether redaction's gate passes every message of ``shape`` (see ``_clean``)."""
+        return self._clean is not None and self._clean.search(shape.lower()) is None
+
+    def _shape(self, shape: str, tokens: int, *, clean: bool) -> _Shape:
         """What every message of ``shape`` has in common (remembered); ``tokens``: how many
-        whitespace-separated tokens its first line holds."""
+        whitespace-separated tokens its first line holds; ``clean``: whether redaction's gate passes it."""
         key, raw_shape = self._masker.tokens(shape)
         sure, maybe = families_of_shape(shape)
         verbatim, hexes = _verbatim(key, raw_shape)
@@ -284,7 +291,6 @@ class LogSummariser:
             oddities += ("oversized",)
         if "\ufffd" in shape:
             oddities += ("replacement_characters",)
-        clean = self._clean is not None and self._clean.search(shape.lower()) is None
         known = _Shape(
             key=key,
             kid=self._key_id(key),
