@@ -533,3 +533,24 @@ def test_a_secret_differing_from_a_clean_message_only_in_digits_is_still_redacte
     mined = json.dumps([t.model_dump(mode="json", exclude={"sample"}) for t in data.templates])
     assert "ya29." + token not in mined
     assert "ya11." + token in mined or "<*>" in mined
+
+
+def test_the_one_pass_search_of_a_shape_finds_every_hint_a_substring_test_finds() -> None:
+    # hints inside or across one another ("timeoutofmemory" holds "timeout" and "outofmemory") must
+    # all be found, as sixty substring tests find them
+    import random
+
+    from opsagent.logsummary.families import _SHAPE_HINT_SEARCH, _SHAPE_HINT_TABLE
+
+    hints = [hint for hint, _ in _SHAPE_HINT_TABLE]
+    rng = random.Random(24)
+    texts = ["timeoutofmemory", "invalid token expired", "ssl", ""]
+    texts += [
+        "".join(rng.choice([*hints, "x", " ", "é", "\u0130", "\n"]) for _ in range(rng.randint(1, 8)))
+        for _ in range(5000)
+    ]
+    for text in texts:
+        lower = text.lower()
+        expected = {i for i, hint in enumerate(hints) if hint in lower}
+        found = {i for i, _, _ in _SHAPE_HINT_SEARCH.find_matches_as_indexes(lower, overlapping=True)}
+        assert found == expected, text
