@@ -206,18 +206,22 @@ class LogSummariser:
         """The id of the template each message belongs to when these messages are mined in this order,
         as :meth:`summarise` mines them (``None``: past the template limit, the "other" bucket)."""
         miner = TemplateMiner(max_templates=self.template_limit)
-        by_key: dict[int, Template | None] = {}
+        by_key: dict[int, int] = {}  # a key's template index, -1 past the template limit
         by_shape: dict[int, Template] = {}
         assigned: list[int] = []
+        parsed_get, remember = self._parsed.get, self._remember
         for message in messages:
-            p = self.parse(message)
-            if p.kid not in by_key:
+            p = parsed_get(message)
+            if p is None:
+                p = remember(message)
+            index = by_key.get(p.kid)
+            if index is None:
                 likely = by_shape.get(p.shape_kid) if p.shape_kid != p.kid else None
-                found = by_key[p.kid] = miner.add(p.key, likely=likely)[0]
+                found = miner.add(p.key, likely=likely)[0]
+                index = by_key[p.kid] = found.index if found is not None else -1
                 if found is not None and p.shape_kid != p.kid:
                     by_shape[p.shape_kid] = found
-            template = by_key[p.kid]
-            assigned.append(template.index if template else -1)
+            assigned.append(index)
         roots = miner.merged()
         members: dict[int, list[Template]] = {}
         for t in miner.templates:
@@ -228,11 +232,14 @@ class LogSummariser:
     def parse(self, message: str) -> _Parsed:
         """The message's masked tokens, raw tokens, keyword families and oddities (remembered)."""
         hit = self._parsed.get(message)
-        if hit is None:
-            hit = self._parse(message)
-            if len(self._parsed) >= self.cache_size:
-                self._parsed.clear()
-            self._parsed[message] = hit
+        return self._remember(message) if hit is None else hit
+
+    def _remember(self, message: str) -> _Parsed:
+        """:meth:`parse` of a message not in the cache (callers on the hot path look it up themselves)."""
+        hit = self._parse(message)
+        if len(self._parsed) >= self.cache_size:
+            self._parsed.clear()
+        self._parsed[message] = hit
         return hit
 
     def _parse(self, message: str) -> _Parsed:
@@ -355,7 +362,7 @@ class _Run:
         # The hot path: locals, no per-record function calls beyond cache look-ups.
         b0, b1, w0, w1 = self.baseline.start, self.baseline.end, self.window.start, self.window.end
         parsed_get = self.owner._parsed.get
-        parse = self.owner.parse
+        remember = self.owner._remember
         levels_get = self.owner._levels.get
         level_of = self.owner.level
         by_key = self.by_key
@@ -376,7 +383,7 @@ class _Run:
             message = rec.message
             p = parsed_get(message)
             if p is None:
-                p = parse(message)
+                p = remember(message)
             raw_level = rec.level
             level = levels_get(raw_level)
             if level is None:
