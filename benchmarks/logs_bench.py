@@ -1,13 +1,15 @@
 """Log summarisation benchmarks: grouping accuracy, throughput, memory, information kept.
 
-    python benchmarks/logs_bench.py [--loghub ../shared/datasets/loghub] [--only ga,speed,memory,kept]
+    python benchmarks/logs_bench.py [--loghub ../shared/datasets/loghub] [--only ga,speed,memory,kept] [--traced]
                                     [--lines 1000000] [--memory-lines 5000000] [--budget 300 600]
 
 1. Grouping accuracy (GA) on the 16 loghub 2k systems against the corrected labels, this summariser's
    template mining beside drain3 0.9.11 (its default configuration, and the masking configuration of
    drain3's own example ``drain3.ini``) run in the same process on the same messages.
 2. Throughput on ``--lines`` records synthesised from loghub (parameters varied, seeded): lines/s of
-   the whole summary, of drain3 (template mining only) and of first-N-characters truncation.
+   the whole summary, of drain3 (template mining only), of splitting each message on whitespace with
+   a regex (the floor) and of first-N-characters truncation; with ``--traced``, each run's peak
+   allocation under tracemalloc beside drain3's.
 3. Peak RSS (VmHWM) of a subprocess summarising ``--memory-lines`` synthesised records as a stream.
 4. Information kept on the recorded incidents: at each budget, which ERROR templates of the window
    and which templates the ground truth depends on (new or bursting, warn or worse, logged by or naming
@@ -183,7 +185,7 @@ def truncation(records: Iterable[Record], chars: int) -> tuple[str, int]:
     return "\n".join(parts)[:chars], lines
 
 
-def bench_speed(root: Path, n: int) -> None:
+def bench_speed(root: Path, n: int, *, traced: bool = False) -> None:
     seeds = all_labelled(root)
     t = time.perf_counter()
     records = list(synthesise(seeds, n, start=BASELINE.start, end=WINDOW.end))
@@ -207,13 +209,14 @@ def bench_speed(root: Path, n: int) -> None:
             "drain3, example masks (mining only)",
             lambda: [m(r.message) for m in [drain3_miner(masked=True)] for r in records],
         ),
+        ("regex split of each message (the floor)", lambda: sum(len(_SPACES.split(r.message)) for r in records)),
         ("first-N-characters truncation", lambda: truncation(records, 2400)),
     ]
     if not have_drain3():
         print(DRAIN3_ABSENT + "\n")
         runs = [run for run in runs if not run[0].startswith("drain3")]
     rates = {}
-    header = f"{'what':<38} {'seconds':>8} {'lines/s':>10}"
+    header = f"{'what':<42} {'seconds':>8} {'lines/s':>10}"
     print(header)
     print("-" * len(header))
     for name, run in runs:
@@ -221,15 +224,50 @@ def bench_speed(root: Path, n: int) -> None:
         run()
         seconds = time.process_time() - t
         rates[name] = n / seconds
-        print(f"{name:<38} {seconds:>8.2f} {n / seconds:>10,.0f}")
+        print(f"{name:<42} {seconds:>8.2f} {n / seconds:>10,.0f}")
     whole, mining = rates[runs[0][0]], rates[runs[1][0]]
     print()
-    for name in (name for name, _ in runs if name.startswith("drain3")):
+    for name in (name for name, _ in runs if name.startswith(("drain3", "regex"))):
         reference = name.split(" (")[0]
         print(
-            f"{reference}: whole summary {whole / rates[name]:.1f}x its speed, mining alone {mining / rates[name]:.1f}x"
+            f"{reference}: whole summary {whole / rates[name]:.2f}x its speed, mining alone {mining / rates[name]:.2f}x"
         )
     print("target: whole summary >= 3x drain3\nCPU seconds (process time), one run each, in one process\n")
+    if traced:
+        bench_traced(runs, n)
+
+
+#: Whitespace, as the floor run splits a message into tokens.
+_SPACES = re.compile(r"\s+")
+
+
+def bench_traced(runs: list[tuple[str, Callable[[], object]]], n: int) -> None:
+    """Each run again under tracemalloc: the peak of what it allocates beyond what was held before it
+    (the records are held throughout and not counted), and what its result keeps."""
+    import gc
+    import tracemalloc
+
+    print(f"Memory of each run over the same {n:,} records (tracemalloc; drain3's default run left out: slow)\n")
+    header = f"{'what':<42} {'peak MiB':>9} {'kept MiB':>9}"
+    print(header)
+    print("-" * len(header))
+    peaks = {}
+    for name, run in runs:
+        if name.startswith("drain3, default"):
+            continue
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        result = run()
+        kept, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del result
+        peaks[name] = (peak - before) / 2**20
+        print(f"{name:<42} {peaks[name]:>9.1f} {(kept - before) / 2**20:>9.1f}")
+    masked = next((name for name in peaks if name.startswith("drain3, example")), None)
+    if masked:
+        print(f"\nwhole summary: {peaks[runs[0][0]] / peaks[masked]:.1f}x drain3 with its example masks' peak")
+    print()
 
 
 # ---------------------------------------------------------------- 3. memory
@@ -434,6 +472,9 @@ def main() -> None:
     parser.add_argument("--only", default="ga,speed,memory,kept", help="comma-separated sections")
     parser.add_argument("--lines", type=int, default=1_000_000, help="records for the throughput run")
     parser.add_argument("--memory-lines", type=int, default=5_000_000, help="records for the memory run")
+    parser.add_argument(
+        "--traced", action="store_true", help="speed: also each run's peak allocation under tracemalloc (slow)"
+    )
     parser.add_argument("--budget", type=int, nargs="+", default=[300, 600], help="token budgets for section 4")
     parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -445,7 +486,7 @@ def main() -> None:
     if "ga" in only:
         bench_ga(args.loghub)
     if "speed" in only:
-        bench_speed(args.loghub, args.lines)
+        bench_speed(args.loghub, args.lines, traced=args.traced)
     if "memory" in only:
         bench_memory(args.loghub, args.memory_lines)
     if "kept" in only:

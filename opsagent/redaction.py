@@ -251,13 +251,26 @@ def redact(text: str, chain: Sequence[Redactor]) -> tuple[str, int]:
 @lru_cache(maxsize=64)
 def _gate(chain: tuple[Redactor, ...]) -> re.Pattern[str] | None:
     """One search for every word the chain's redactors name; None if one of them names none."""
+    words = gate_words(chain)
+    return None if words is None else _gate_of(words)
+
+
+def gate_words(chain: Sequence[Redactor]) -> frozenset[str] | None:
+    """The words (lower case) one of which every match of every redactor of ``chain`` contains, or
+    None if a redactor names none: lower-cased text holding none of them passes :func:`redact`
+    unchanged."""
     words: set[str] = set()
     for step in chain:
         hints = getattr(step, HINTS, None)
         if hints is None:
             return None
         words.update(hints)
-    return _gate_of(frozenset(words))
+    return frozenset(words)
+
+
+def any_word(words: frozenset[str]) -> re.Pattern[str]:
+    """The search for any of ``words`` that :func:`redact`'s gate runs (written once per set)."""
+    return _gate_of(words)
 
 
 @lru_cache(maxsize=64)

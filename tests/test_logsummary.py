@@ -312,6 +312,45 @@ def test_messages_that_differ_in_numbers_share_a_template() -> None:
     assert a is b
 
 
+def test_a_busy_node_finds_the_same_templates_as_comparing_each_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node past INDEX_FROM templates counts shared tokens from its index; the templates found, and
+    # the positions each widens, must be those of comparing every template in turn (index never built)
+    import random
+
+    from opsagent.logsummary import mining
+
+    rng = random.Random(24)
+    words = ["alpha", "beta", "<NUM>", "gamma", "<*>", "delta"]
+    streams = [
+        ["resolve", *(rng.choice(words) if rng.random() < 0.6 else f"bn{rng.randrange(999)}" for _ in range(11))]
+        for _ in range(3000)
+    ]
+
+    def mine() -> tuple[list[tuple[int | None, list[tuple[int, str]]]], list[str], list[int]]:
+        miner = TemplateMiner()
+        out = []
+        for tokens in streams:
+            template, widened = miner.add(tokens)
+            out.append((template.index if template else None, widened))
+        return out, [t.text for t in miner.templates], miner.merged()
+
+    indexed = mine()
+    assert max(len(node.templates) for node in _nodes(TemplateMiner(), streams)) >= mining.INDEX_FROM
+    monkeypatch.setattr(mining, "INDEX_FROM", 10**9)
+    assert mine() == indexed
+
+
+def _nodes(miner: TemplateMiner, streams: list[list[str]]) -> list[object]:
+    for tokens in streams:
+        miner.add(tokens)
+    found, todo = [], list(miner._root.values())
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(node.children.values())
+    return found
+
+
 def test_vm_started_and_vm_paused_stay_distinguishable() -> None:
     lines = [
         Line(
@@ -462,3 +501,56 @@ def test_secrets_are_masked_before_lines_are_mined_into_templates() -> None:
     mined = json.dumps([t.model_dump(mode="json", exclude={"sample"}) for t in data.templates])
     assert not any(key in mined for key in keys) and "hunterLetters" not in mined
     assert any("X-Api-Key: [REDACTED:secret]" in t.template for t in data.templates)
+
+
+def test_a_shape_the_redaction_gate_passes_is_redacted_once_not_per_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # messages that differ only in their digits share a shape: when the gate finds none of its words
+    # in the shape, no message of that shape can hold one, and the chain is not run for each of them
+    from opsagent.logsummary import summary
+
+    calls: list[str] = []
+
+    def counted(text: str, chain: object) -> tuple[str, int]:
+        calls.append(text)
+        return redact(text, chain)  # type: ignore[arg-type]
+
+    redact = summary.redact
+    monkeypatch.setattr(summary, "redact", counted)
+    lines = [Line(at(61), "api", "INFO", f"served order {n} in {n % 97} ms") for n in range(1000, 1500)]
+    LogSummariser().summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    assert len(calls) <= 2  # not once per distinct message (500)
+
+
+def test_a_secret_differing_from_a_clean_message_only_in_digits_is_still_redacted() -> None:
+    # Google's OAuth tokens start "ya29.": a gate word with digits. "ya11.…" passes the gate, "ya29.…"
+    # of the same shape does not: the shape's gate must read the word as a shape writes it
+    token = "a0AfH6SMBxLettersAndDigits1234567890"
+    lines = [
+        Line(at(61), "api", "ERROR", f"upstream said ya11.{token} for order 7"),
+        Line(at(62), "api", "ERROR", f"upstream said ya29.{token} for order 8"),
+    ]
+    data = LogSummariser().summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    mined = json.dumps([t.model_dump(mode="json", exclude={"sample"}) for t in data.templates])
+    assert "ya29." + token not in mined
+    assert "ya11." + token in mined or "<*>" in mined
+
+
+def test_the_one_pass_search_of_a_shape_finds_every_hint_a_substring_test_finds() -> None:
+    # hints inside or across one another ("timeoutofmemory" holds "timeout" and "outofmemory") must
+    # all be found, as sixty substring tests find them
+    import random
+
+    from opsagent.logsummary.families import _SHAPE_HINT_SEARCH, _SHAPE_HINT_TABLE
+
+    hints = [hint for hint, _ in _SHAPE_HINT_TABLE]
+    rng = random.Random(24)
+    texts = ["timeoutofmemory", "invalid token expired", "ssl", ""]
+    texts += [
+        "".join(rng.choice([*hints, "x", " ", "é", "\u0130", "\n"]) for _ in range(rng.randint(1, 8)))
+        for _ in range(5000)
+    ]
+    for text in texts:
+        lower = text.lower()
+        expected = {i for i, hint in enumerate(hints) if hint in lower}
+        found = {i for i, _, _ in _SHAPE_HINT_SEARCH.find_matches_as_indexes(lower, overlapping=True)}
+        assert found == expected, text

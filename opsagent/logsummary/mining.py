@@ -19,6 +19,7 @@ gets no template (the caller counts it in an explicit "other" bucket). It never 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -58,10 +59,51 @@ class Template:
         return " ".join(self.tokens)
 
 
+#: A node with this many templates counts the tokens each shares with a message from an index of
+#: its templates' tokens by position (see _Node.holding) instead of comparing each template in turn.
+#: A smaller node is compared template by template, as before: the index pays where hundreds of
+#: templates share a node (mining eight nezha-tt cases, whose nodes are small, costs the same).
+INDEX_FROM = 16
+
+
 @dataclass(eq=False, slots=True)
 class _Node:
     children: dict[str, _Node] = field(default_factory=dict)
     templates: list[Template] = field(default_factory=list)
+    #: once the node holds INDEX_FROM templates: per position, the indexes of the templates holding
+    #: each token there. A long message whose lines each keep their own numbers in a token meets
+    #: hundreds of templates of its length and first word, nearly all sharing too few tokens with it.
+    holding: list[dict[str, list[int]]] | None = None
+
+    def hold(self, template: Template) -> None:
+        if self.holding is not None:
+            for column, token in zip(self.holding, template.tokens, strict=True):
+                column.setdefault(token, []).append(template.index)
+        elif len(self.templates) >= INDEX_FROM:
+            self.holding = [{} for _ in template.tokens]
+            for t in self.templates:
+                self.hold(t)
+
+    def widen(self, template: Template, position: int, before: str) -> None:
+        if self.holding is not None:
+            column = self.holding[position]
+            column[before].remove(template.index)
+            if not column[before]:
+                del column[before]
+            column.setdefault(WILDCARD, []).append(template.index)
+
+    def sharing(self, tokens: Sequence[str], similarity: float) -> list[Template]:
+        """The node's templates, in order, less those that hold too few of the tokens at their positions
+        to reach ``similarity`` (:meth:`TemplateMiner._closest` would never return them)."""
+        n = len(tokens)
+        if self.holding is None or not n:
+            return self.templates
+        counts: Counter[int] = Counter()
+        for column, token in zip(self.holding, tokens, strict=True):
+            found = column.get(token)
+            if found is not None:
+                counts.update(found)
+        return [t for t in self.templates if counts[t.index] / n >= similarity]
 
 
 class TemplateMiner:
@@ -83,6 +125,7 @@ class TemplateMiner:
         self.sibling_context = sibling_context
         self.templates: list[Template] = []
         self._root: dict[int, _Node] = {}
+        self._nodes: list[_Node] = []  # each template's node, by index
 
     def add(
         self, tokens: Sequence[str], *, likely: Template | None = None
@@ -108,22 +151,25 @@ class TemplateMiner:
             if child is None:
                 child = node.children[key] = _Node()
             node = child
-        best = self._closest(node.templates, tokens)
+        best = self._closest(node.sharing(tokens, self.similarity), tokens)
         if best is not None:
             return best, self._widen(best, tokens)
         if len(self.templates) >= self.max_templates:
             return None, []
         template = Template(index=len(self.templates), tokens=list(tokens))
         self.templates.append(template)
+        self._nodes.append(node)
         node.templates.append(template)
+        node.hold(template)
         return template, []
 
-    @staticmethod
-    def _widen(template: Template, tokens: Sequence[str]) -> list[tuple[int, str]]:
+    def _widen(self, template: Template, tokens: Sequence[str]) -> list[tuple[int, str]]:
         pairs = enumerate(zip(template.tokens, tokens, strict=True))
         widened = [(i, a) for i, (a, b) in pairs if a != b and a != WILDCARD]
-        for i, _ in widened:
+        node = self._nodes[template.index]
+        for i, a in widened:
             template.tokens[i] = WILDCARD
+            node.widen(template, i, a)
         return widened
 
     def _closest(self, candidates: list[Template], tokens: Sequence[str]) -> Template | None:

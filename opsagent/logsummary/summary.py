@@ -18,13 +18,13 @@ from datetime import datetime, timedelta
 from itertools import count
 from typing import NamedTuple, Protocol
 
-from opsagent.logsummary.families import families_of_shape, numeric_families, resolve, shape_of
+from opsagent.logsummary.families import SHAPE, families_of_shape, numeric_families, resolve, shape_of
 from opsagent.logsummary.levels import SEVERITY, UNKNOWN, normalise_level
 from opsagent.logsummary.lines import LineParser
 from opsagent.logsummary.masking import MAX_LINE, Masker, is_masked
 from opsagent.logsummary.mining import WILDCARD, Template, TemplateMiner, combined
 from opsagent.models import LogsData, LogTemplate, TimeRange
-from opsagent.redaction import Redactor, redact, redactors
+from opsagent.redaction import Redactor, any_word, gate_words, redact, redactors
 
 #: Distinct values tracked per variable position of a template; later ones are not listed.
 MAX_VALUES = 32
@@ -67,6 +67,9 @@ class _Shape(NamedTuple):
     hexes: tuple[int, ...]  # positions masked again if the message's digit before an x is not 0
     families: tuple[str, ...]  # the families that do not depend on digits, resolved
     maybe: tuple[str, ...]  # numeric families to check on each message
+    clean: bool  # every message of this shape passes redaction unchanged (see LogSummariser._clean)
+    oddities: tuple[str, ...]  # the same for every message of the shape: none depends on a digit
+    plain: bool  # clean, and nothing above depends on the message's own digits: its key is the shape's
 
 
 def _verbatim(key: tuple[str, ...], raw_shape: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -162,6 +165,12 @@ class LogSummariser:
         #: secrets are masked before a message is mined: a template, or the values one of its variable
         #: positions held (``X-Api-Key: <*>`` → the keys), would otherwise carry them past every door
         self._redaction = list(redactors() if redaction is None else redaction)
+        #: redaction's gate over shapes: each word with its digits written 0, as a shape writes them.
+        #: A message's match of a word is, character for character, a match of the word's shape in
+        #: the message's shape, so a shape the search finds nothing in holds messages that the chain
+        #: passes unchanged: they skip redaction (most distinct lines of a stream share a shape).
+        words = gate_words(self._redaction)
+        self._clean = None if words is None else any_word(frozenset(w.translate(SHAPE) for w in words))
         self._masker = Masker(cache_size=cache_size)
         self._parsed: dict[str, _Parsed] = {}
         self._shapes: dict[str, _Shape] = {}
@@ -197,18 +206,22 @@ class LogSummariser:
         """The id of the template each message belongs to when these messages are mined in this order,
         as :meth:`summarise` mines them (``None``: past the template limit, the "other" bucket)."""
         miner = TemplateMiner(max_templates=self.template_limit)
-        by_key: dict[int, Template | None] = {}
+        by_key: dict[int, int] = {}  # a key's template index, -1 past the template limit
         by_shape: dict[int, Template] = {}
         assigned: list[int] = []
+        parsed_get, remember = self._parsed.get, self._remember
         for message in messages:
-            p = self.parse(message)
-            if p.kid not in by_key:
+            p = parsed_get(message)
+            if p is None:
+                p = remember(message)
+            index = by_key.get(p.kid)
+            if index is None:
                 likely = by_shape.get(p.shape_kid) if p.shape_kid != p.kid else None
-                found = by_key[p.kid] = miner.add(p.key, likely=likely)[0]
+                found = miner.add(p.key, likely=likely)[0]
+                index = by_key[p.kid] = found.index if found is not None else -1
                 if found is not None and p.shape_kid != p.kid:
                     by_shape[p.shape_kid] = found
-            template = by_key[p.kid]
-            assigned.append(template.index if template else -1)
+            assigned.append(index)
         roots = miner.merged()
         members: dict[int, list[Template]] = {}
         for t in miner.templates:
@@ -219,11 +232,14 @@ class LogSummariser:
     def parse(self, message: str) -> _Parsed:
         """The message's masked tokens, raw tokens, keyword families and oddities (remembered)."""
         hit = self._parsed.get(message)
-        if hit is None:
-            hit = self._parse(redact(message, self._redaction)[0])
-            if len(self._parsed) >= self.cache_size:
-                self._parsed.clear()
-            self._parsed[message] = hit
+        return self._remember(message) if hit is None else hit
+
+    def _remember(self, message: str) -> _Parsed:
+        """:meth:`parse` of a message not in the cache (callers on the hot path look it up themselves)."""
+        hit = self._parse(message)
+        if len(self._parsed) >= self.cache_size:
+            self._parsed.clear()
+        self._parsed[message] = hit
         return hit
 
     def _parse(self, message: str) -> _Parsed:
@@ -231,25 +247,20 @@ class LogSummariser:
         # once per shape (see families.SHAPE), which messages share far more often. Masks test whether
         # characters are digits, never which (save the 0 of 0x: see _verbatim).
         shape = shape_of(message)
-        raw = message.partition("\n")[0][:MAX_LINE].split()
         known = self._shapes.get(shape)
+        # one search of the gate a shape, instead of the chain's own gate a message
+        clean = known.clean if known is not None else self._is_clean(shape)
+        if not clean:
+            redacted = redact(message, self._redaction)[0]
+            if redacted != message:
+                message, shape = redacted, shape_of(redacted)
+                known = self._shapes.get(shape)
+                clean = known.clean if known is not None else self._is_clean(shape)
+        raw = message.partition("\n")[0][:MAX_LINE].split()
         if known is None:
-            key, raw_shape = self._masker.tokens(shape)
-            joined = len(raw_shape) != len(raw)
-            sure, maybe = families_of_shape(shape)
-            verbatim, hexes = _verbatim(key, raw_shape)
-            known = _Shape(
-                key=key,
-                kid=self._key_id(key),
-                groups=tuple(t.count(" ") + 1 for t in raw_shape) if joined else None,
-                verbatim=verbatim,
-                hexes=hexes,
-                families=tuple(resolve(sure)),
-                maybe=tuple(maybe),
-            )
-            if len(self._shapes) >= self.cache_size:
-                self._shapes.clear()
-            self._shapes[shape] = known
+            known = self._shape(shape, len(raw), clean=clean)
+        elif known.plain:
+            return _Parsed(known.key, known.kid, known.kid, tuple(raw), known.families, known.oddities)
         if known.groups is not None:
             raw = _regroup(raw, known.groups)
         key = known.key
@@ -266,14 +277,43 @@ class LogSummariser:
         families = known.families
         if known.maybe:
             families = tuple(resolve([*families, *numeric_families(message, known.maybe)]))
+        return _Parsed(key, kid, shape_kid, tuple(raw), families, known.oddities)
+
+    def _is_clean(self, shape: str) -> bool:
+        """Whether redaction's gate passes every message of ``shape`` (see ``_clean``)."""
+        return self._clean is not None and self._clean.search(shape.lower()) is None
+
+    def _shape(self, shape: str, tokens: int, *, clean: bool) -> _Shape:
+        """What every message of ``shape`` has in common (remembered); ``tokens``: how many
+        whitespace-separated tokens its first line holds; ``clean``: whether redaction's gate passes it."""
+        key, raw_shape = self._masker.tokens(shape)
+        sure, maybe = families_of_shape(shape)
+        verbatim, hexes = _verbatim(key, raw_shape)
+        groups = tuple(t.count(" ") + 1 for t in raw_shape) if len(raw_shape) != tokens else None
+        # a digit is no space, no U+FFFD and one character: the oddities are the shape's own
         oddities: tuple[str, ...] = ()
-        if not raw:
+        if not tokens:
             oddities += ("empty_message",)
-        if len(message) > MAX_MESSAGE:
+        if len(shape) > MAX_MESSAGE:
             oddities += ("oversized",)
-        if "\ufffd" in message:
+        if "\ufffd" in shape:
             oddities += ("replacement_characters",)
-        return _Parsed(key, kid, shape_kid, tuple(raw), families, oddities)
+        known = _Shape(
+            key=key,
+            kid=self._key_id(key),
+            groups=groups,
+            verbatim=verbatim,
+            hexes=hexes,
+            families=tuple(resolve(sure)),
+            maybe=tuple(maybe),
+            clean=clean,
+            oddities=oddities,
+            plain=clean and groups is None and not verbatim and not hexes and not maybe,
+        )
+        if len(self._shapes) >= self.cache_size:
+            self._shapes.clear()
+        self._shapes[shape] = known
+        return known
 
     def _key_id(self, key: tuple[str, ...]) -> int:
         kid = self._key_ids.get(key)
@@ -322,7 +362,7 @@ class _Run:
         # The hot path: locals, no per-record function calls beyond cache look-ups.
         b0, b1, w0, w1 = self.baseline.start, self.baseline.end, self.window.start, self.window.end
         parsed_get = self.owner._parsed.get
-        parse = self.owner.parse
+        remember = self.owner._remember
         levels_get = self.owner._levels.get
         level_of = self.owner.level
         by_key = self.by_key
@@ -343,7 +383,7 @@ class _Run:
             message = rec.message
             p = parsed_get(message)
             if p is None:
-                p = parse(message)
+                p = remember(message)
             raw_level = rec.level
             level = levels_get(raw_level)
             if level is None:
