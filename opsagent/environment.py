@@ -515,6 +515,19 @@ def forgotten(lessons: Iterable[Lesson], *, now: datetime) -> list[str]:
 # ---------------------------------------------------------------- what the memory does
 
 
+def _held(lesson: Lesson, value: float, why: str) -> LessonEffect:
+    """A usual-level lesson that changed nothing on its evidence, and why (``why`` after the feature)."""
+    return LessonEffect(
+        lesson_id=lesson.id,
+        component=lesson.component,
+        effect="held",
+        feature=lesson.feature,
+        before=value,
+        after=value,
+        why=f"not applied to {lesson.feature} on {lesson.component}: {why}",
+    )
+
+
 @dataclass
 class EnvironmentMemory:
     """The environment lessons an investigation may use, and the one hook triage calls:
@@ -582,30 +595,22 @@ class EnvironmentMemory:
             level = speaks.get((le.component, le.feature))
             if level is not None and level.id != le.id and le.id not in contradicted:
                 effects.append(
-                    LessonEffect(
-                        lesson_id=le.id,
-                        component=le.component,
-                        effect="held",
-                        feature=le.feature,
-                        before=value,
-                        after=value,
-                        why=f"not applied to {le.feature} on {le.component}: lesson {level.id} sets its usual level "
-                        f"there ({level.strength:.2f}, under {level.trigger.alert}); one level acts per evidence",
+                    _held(
+                        le,
+                        value,
+                        f"lesson {level.id} sets its usual level there ({level.strength:.2f}, under "
+                        f"{level.trigger.alert}); one level acts per evidence",
                     )
                 )
                 continue
             if le.id in contradicted:
                 cause = contradicted[le.id]
                 effects.append(
-                    LessonEffect(
-                        lesson_id=le.id,
-                        component=le.component,
-                        effect="held",
-                        feature=le.feature,
-                        before=value,
-                        after=value,
-                        why=f"not applied to {le.feature} on {le.component}: lesson {cause.id} says {le.component} "
-                        f"showed it when it was the cause behind {cause.trigger.alert}",
+                    _held(
+                        le,
+                        value,
+                        f"lesson {cause.id} says {le.component} showed it when it was the cause behind "
+                        f"{cause.trigger.alert}",
                     )
                 )
                 continue
