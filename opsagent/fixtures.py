@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import islice, repeat
 from pathlib import Path
@@ -473,18 +473,36 @@ def _span_fields(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return fields
 
 
-def _span_records(path: Path, first: int, raws: list[bytes], problems: list[Problem]) -> list[dict[str, Any]]:
-    """A batch that is not all plain, a line at a time: blank lines skipped, a plain line as read, any
-    other validated as a span (its start in unix seconds where it was a time), or its problems named."""
-    out = []
+def _text_lines(
+    path: Path, raws: Iterable[bytes], first: int, problems: list[Problem]
+) -> Iterator[tuple[int, bytes, str]]:
+    """Each line with its number (from ``first``), as read and as text; blank lines skipped, a line that
+    is not UTF-8 named in ``problems``."""
     for lineno, raw in enumerate(raws, start=first):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             problems.append(Problem(str(path), not_utf8(exc), line=lineno))
             continue
-        if not line or line.isspace():
-            continue
+        if line and not line.isspace():
+            yield lineno, raw, line
+
+
+def _invalid(path: Path, exc: ValidationError, lineno: int) -> list[Problem]:
+    """A line's validation errors as problems, each with the field it names."""
+    return [
+        Problem(
+            str(path), err["msg"], line=lineno, field=_field_path(tuple(p for p in err["loc"] if p != "json_invalid"))
+        )
+        for err in exc.errors()
+    ]
+
+
+def _span_records(path: Path, first: int, raws: list[bytes], problems: list[Problem]) -> list[dict[str, Any]]:
+    """A batch that is not all plain, a line at a time: blank lines skipped, a plain line as read, any
+    other validated as a span (its start in unix seconds where it was a time), or its problems named."""
+    out = []
+    for lineno, raw, line in _text_lines(path, raws, first, problems):
         try:
             record = from_json(raw, cache_strings=True)
         except ValueError:
@@ -495,9 +513,7 @@ def _span_records(path: Path, first: int, raws: list[bytes], problems: list[Prob
         try:
             span = Span.__pydantic_validator__.validate_json(line)
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = tuple(p for p in err["loc"] if p != "json_invalid")
-                problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
+            problems.extend(_invalid(path, exc, lineno))
             continue
         fields = dict(span.__dict__)
         fields["start"] = span.start if type(span.start) is int else span.start_s
@@ -533,20 +549,11 @@ def _records(
     extras: dict[tuple[tuple[str, Any], ...], dict[str, Any]] | None = {} if share_extras else None
     validate_json = model.__pydantic_validator__.validate_json  # model_validate_json without its wrapper
     try:
-        for lineno, raw in enumerate(_open_lines(path), start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                problems.append(Problem(str(path), not_utf8(exc), line=lineno))
-                continue
-            if not line or line.isspace():
-                continue
+        for lineno, _, line in _text_lines(path, _open_lines(path), 1, problems):
             try:
                 record = validate_json(line)
             except ValidationError as exc:
-                for err in exc.errors():
-                    loc = tuple(p for p in err["loc"] if p != "json_invalid")
-                    problems.append(Problem(str(path), err["msg"], line=lineno, field=_field_path(loc)))
+                problems.extend(_invalid(path, exc, lineno))
                 continue
             key = getattr(record, unique) if unique else None
             if key is not None and key in first_line:
