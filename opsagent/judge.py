@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import structlog
 
 from opsagent.fixtures import Edge
+from opsagent.graph import callees_of
 from opsagent.models import SOURCE_KINDS, Evidence, Hypothesis, KubernetesData, Observation, SourceKind, Verdict
 
 log = structlog.get_logger("opsagent.judge")
@@ -125,7 +126,7 @@ def explained_errors(
     calls (whose slowness its calls run into): there the errors are what the delay does."""
     if kind != "code_exception":
         return None
-    callees = sorted({e.callee for e in graph if e.caller == component and e.callee != component})
+    callees = sorted(callees_of(graph).get(component, set()) - {component})
     delayed = [c for c in [component, *callees] if NETWORK_DELAY in features.get(c, {})]
     if not delayed:
         return None
