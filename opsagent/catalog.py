@@ -25,6 +25,8 @@ class SignalCatalog:
         #: the signals an environment set (configuration, a recording's ``signals:``): discovery keeps them
         self.explicit = explicit
         self._by_metric: dict[str, str] = {}
+        # a metric no signal names, read once: a scan asks for each of its series' metric several times
+        self._unlisted: dict[str, SignalDef] = {}
         for name, sig in self.signals.items():
             try:
                 metric = parse(sig.query).name
@@ -48,7 +50,10 @@ class SignalCatalog:
 
     def unlisted(self, metric: str) -> SignalDef:
         """How a metric no signal names is read: its unit and the way that is bad from its name."""
-        return SignalDef(query=metric, direction=bad_way(metric), unit=unit_of(metric))
+        found = self._unlisted.get(metric)
+        if found is None:
+            found = self._unlisted[metric] = SignalDef(query=metric, direction=bad_way(metric), unit=unit_of(metric))
+        return found
 
     def signal_of(self, metric_name: str) -> str | None:
         return self._by_metric.get(metric_name)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from opsagent.fixtures import Edge
 
 
 def descendants(graph: Iterable[Edge], roots: tuple[str, ...]) -> set[str]:
     """Every component reachable from the roots (the roots included)."""
-    below = callees_of(graph)
+    return reached(callees_of(graph), roots)
+
+
+def reached(below: Mapping[str, set[str]], roots: tuple[str, ...]) -> set[str]:
+    """Every component reachable from the roots through ``below`` (:func:`callees_of` of a graph), the
+    roots included: for asking of many roots in turn, the callees gathered once."""
     seen = set(roots)
     frontier = sorted(roots)
     while frontier:

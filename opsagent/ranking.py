@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from typing import Literal
 
 from opsagent.fixtures import Edge
-from opsagent.graph import callees_of, callers_of, descendants
+from opsagent.graph import callees_of, callers_of, descendants, reached
 from opsagent.mechanisms import CALLER_SIDE, placed_in
 from opsagent.models import CHANGE_KINDS, ChangeSuspect, Hypothesis, HypothesisResult, ProvenRival, Suspect
 
@@ -365,7 +365,8 @@ def propagate(
     one that only slowed down accounts for them in part (timeouts), so a failing caller above a
     merely slow dependency keeps most of its own score."""
     callers = callers_of(graph)
-    below_sets = {n: descendants(graph, (n,)) - {n} for n in set(own) | set(callers_of(graph)) | set(callees_of(graph))}
+    callees = callees_of(graph)  # once: gathered again for each component, it grew with their square
+    below_sets = {n: reached(callees, (n,)) - {n} for n in set(own) | set(callers) | set(callees)}
     failing = {n: own_score({k: v for k, v in f.items() if k.startswith(FAILURES)}) for n, f in features.items()}
 
     def below(node: str, scores: Mapping[str, float]) -> float:
