@@ -109,6 +109,12 @@ class _Parsed(NamedTuple):
     oddities: tuple[str, ...]
 
 
+#: Builds a :class:`_Parsed` from a tuple of its fields in their order: a NamedTuple's own
+#: constructor is a Python function, and calling it was about a quarter of the work a distinct
+#: message whose shape is known (measured over the 212,394 messages of the benchmark's 300k lines).
+_new = tuple.__new__
+
+
 @dataclass(eq=False, slots=True)
 class _Tally:
     """Everything counted for one template (or for the "other" bucket, ``template is None``)."""
@@ -260,7 +266,7 @@ class LogSummariser:
         if known is None:
             known = self._shape(shape, len(raw), clean=clean)
         elif known.plain:
-            return _Parsed(known.key, known.kid, known.kid, tuple(raw), known.families, known.oddities)
+            return _new(_Parsed, (known.key, known.kid, known.kid, tuple(raw), known.families, known.oddities))
         if known.groups is not None:
             raw = _regroup(raw, known.groups)
         key = known.key
@@ -277,7 +283,7 @@ class LogSummariser:
         families = known.families
         if known.maybe:
             families = tuple(resolve([*families, *numeric_families(message, known.maybe)]))
-        return _Parsed(key, kid, shape_kid, tuple(raw), families, known.oddities)
+        return _new(_Parsed, (key, kid, shape_kid, tuple(raw), families, known.oddities))
 
     def _is_clean(self, shape: str) -> bool:
         """Whether redaction's gate passes every message of ``shape`` (see ``_clean``)."""
