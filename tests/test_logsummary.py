@@ -554,3 +554,24 @@ def test_the_one_pass_search_of_a_shape_finds_every_hint_a_substring_test_finds(
         expected = {i for i, hint in enumerate(hints) if hint in lower}
         found = {i for i, _, _ in _SHAPE_HINT_SEARCH.find_matches_as_indexes(lower, overlapping=True)}
         assert found == expected, text
+
+
+def test_the_parsed_message_cache_stays_within_its_bound_and_changes_no_summary() -> None:
+    # more distinct messages than the bound, of a few shapes, summarised twice by one summariser (as a
+    # replay summarises the same lines once per scope): the cache is cleared and filled again
+    lines = [
+        Line(at(m % 90), "api", "ERROR" if i % 7 == 0 else "INFO", text)
+        for i, m in enumerate(range(600))
+        for text in (
+            f"order {i * 7919 % 100003} paid in {m % 50} ms",
+            f"user u{i} logged in from 10.0.{i % 256}.{m % 9}",
+        )
+    ]
+    bounded = LogSummariser(message_cache_size=64)
+    first = bounded.summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    assert len(bounded._parsed) <= 64
+    again = bounded.summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    assert len(bounded._parsed) <= 64
+    roomy = summarise(lines, message_cache_size=100_000)
+    assert first == again == roomy
+    assert roomy.total + roomy.outside_range == 1200
