@@ -378,7 +378,11 @@ def vanished_findings(observations: Iterable[Observation], *, paths: bool = True
             values[s.component] = (s.z, obs_id, why)
         share = broken_share(s)
         if s.component not in broken or share > broken[s.component][0]:
-            broken[s.component] = (share, obs_id, f"{why}: the code's fixed path, broken in most requests")
+            broken[s.component] = (
+                share,
+                obs_id,
+                f"{why}: the code's fixed path, broken in most requests" if share else why,
+            )
     if not paths:
         return judged(VANISHED, "mech:vanished", values)
     # One mechanism, two readings: each component keeps the one that stands out more.

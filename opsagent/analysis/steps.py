@@ -386,6 +386,7 @@ def step_shortfalls(
         after_seen, after_pairs = seen["after"][service], pairs["after"][service]
         best: StepShortfall | None = None
         path: StepShortfall | None = None
+        path_share = 0.0  # broken_share(path)
         for step in sorted(after_seen):
             if _calls_another(step, service) or step in client.get(service, ()):
                 continue
@@ -406,7 +407,7 @@ def step_shortfalls(
                 z *= 1.0 - branched
                 share = _broken(round(c1 / n1, 4), n1, round(c2 / n2, 4), n2, round(branched, 4))
                 better = best is None or z > best.z
-                if not better and share <= (broken_share(path) if path else 0.0):
+                if not better and share <= path_share:
                     continue
                 found = StepShortfall(
                     component=service,
@@ -422,8 +423,8 @@ def step_shortfalls(
                 )
                 if better:
                     best = found
-                if share > (broken_share(path) if path else 0.0):
-                    path = found
+                if share > path_share:
+                    path, path_share = found, share
         if best is not None:
             out.append(best)
         if path is not None and path is not best:
