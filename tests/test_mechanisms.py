@@ -200,12 +200,12 @@ def test_a_caller_out_of_capacity_explains_the_slower_calls_it_makes() -> None:
     assert all(f.component != "cart" for f in found)
 
 
-def _latency(component: str, before: float, after: float) -> SeriesStats:
+def _stat(signal: str, component: str, before: float, after: float, **fields: object) -> SeriesStats:
+    """A component's series rising from ``before`` to ``after`` (its window mean and its peak)."""
     return SeriesStats(
-        signal="latency_p99",
+        signal=signal,
         component=component,
         query="q",
-        unit="ms",
         series=1,
         baseline_mean=before,
         baseline_std=1.0,
@@ -216,7 +216,12 @@ def _latency(component: str, before: float, after: float) -> SeriesStats:
         z_score=None,
         change_point=None,
         direction="up",
+        **fields,  # type: ignore[arg-type]
     )
+
+
+def _latency(component: str, before: float, after: float) -> SeriesStats:
+    return _stat("latency_p99", component, before, after, unit="ms")
 
 
 def _latency_metrics() -> Observation:
@@ -246,22 +251,7 @@ def test_with_traces_the_spans_not_the_latency_series_measure_the_calls_into_a_c
 
 
 def _cpu(component: str, before: float, peak: float, limit: float | None) -> SeriesStats:
-    return SeriesStats(
-        signal="cpu_usage",
-        component=component,
-        query="q",
-        series=1,
-        baseline_mean=before,
-        baseline_std=1.0,
-        window_mean=peak,
-        window_max=peak,
-        peak_ratio=None,
-        mean_ratio=None,
-        z_score=None,
-        change_point=None,
-        limit=limit,
-        direction="up",
-    )
+    return _stat("cpu_usage", component, before, peak, limit=limit)
 
 
 def _metrics(stats: list[SeriesStats]) -> Observation:
