@@ -17,7 +17,7 @@ from opsagent.cli.options import JsonOpt, LessonsOpt, PlaybooksOpt, StrategyOpt
 from opsagent.errors import UserError
 from opsagent.fixtures import tag_filter
 from opsagent.plan import Planner
-from opsagent.scoreboard import IncidentScore, Scoreboard, in_time_order, replay, tagged_dirs
+from opsagent.scoreboard import IncidentScore, Scoreboard, by_start, replay, tagged_dirs
 from opsagent.store import StoreError
 
 
@@ -101,8 +101,7 @@ def replay_cmd(
         dirs = tagged_dirs(directory, tag_filter(tags or []))
         if learn:
             # A team meets its incidents in the order they fired: each learns only from those before it.
-            chosen = set(dirs)
-            dirs = [d for d in in_time_order(directory) if d in chosen]
+            dirs = by_start(dirs)
     except UserError as exc:
         fail(str(exc))
     config = settings()
