@@ -384,6 +384,33 @@ def test_a_few_words_in_one_slot_stay_separate_events() -> None:
     assert len({roots[t.index] for t in ids if t}) == 2
 
 
+def test_merging_long_templates_holds_one_word_position_at_a_time() -> None:
+    import random
+    import tracemalloc
+
+    rng = random.Random(11)
+
+    def word() -> str:
+        return "".join(rng.choice("abcdefghij") for _ in range(6))
+
+    miner = TemplateMiner()
+    # 300 events of 120 words, no two alike, and six that differ by the word at position 7 alone
+    for _ in range(300):
+        miner.add([word() for _ in range(120)])
+    context = [word() for _ in range(120)]
+    siblings = [
+        miner.add([*context[:7], w, *context[8:]])[0] for w in ["alpha", "beta", "gamma", "delta", "kappa", "omega"]
+    ]
+    tracemalloc.start()
+    roots = miner.merged()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len({roots[t.index] for t in siblings if t}) == 1
+    assert len(set(roots)) == 301
+    # a copy of every template without each of its words at once would be 300 x 120 copies (35 MiB)
+    assert peak < 4 * 2**20
+
+
 def test_values_of_a_variable_are_counted_exactly() -> None:
     lines = [Line(at(61), "api", "ERROR", f"call to {svc} failed") for svc in ["payments-api"] * 7 + ["ledger-api"] * 3]
     (template,) = summarise(lines).templates

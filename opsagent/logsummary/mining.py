@@ -217,21 +217,28 @@ class TemplateMiner:
                     first = min(r, first)
 
         by_text: dict[tuple[str, ...], list[int]] = {}
-        siblings: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        #: templates with a word at each position and enough words around it to be a sibling
+        at: dict[int, list[Template]] = {}
         for t in self.templates:
-            toks = tuple(t.tokens)
-            by_text.setdefault(toks, []).append(t.index)
-            words = [i for i, tok in enumerate(toks) if is_word(tok)]
-            if len(words) - 1 < self.sibling_context:
-                continue
-            for i in words:
-                siblings.setdefault((i, (*toks[:i], WILDCARD, *toks[i + 1 :])), []).append(t.index)
+            by_text.setdefault(tuple(t.tokens), []).append(t.index)
+            words = [i for i, tok in enumerate(t.tokens) if is_word(tok)]
+            if len(words) - 1 >= self.sibling_context:
+                for i in words:
+                    at.setdefault(i, []).append(t)
         for members in by_text.values():
             if len(members) > 1:
                 union(members)
-        for (i, _), members in siblings.items():
-            if len({self.templates[m].tokens[i] for m in members}) >= self.sibling_values:
-                union(members)
+        # Siblings one word position at a time: each key is a template's copy without the word, and
+        # the copies of one position are all that is held at once (all positions' copies at once
+        # were 10 MiB at the end of 300k loghub lines, most of the summary's peak). The components,
+        # and so each template's root (its component's lowest index), do not depend on the order.
+        for i, holding in at.items():
+            siblings: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Template]] = {}
+            for t in holding:
+                siblings.setdefault((tuple(t.tokens[:i]), tuple(t.tokens[i + 1 :])), []).append(t)
+            for group in siblings.values():
+                if len(group) >= self.sibling_values and len({t.tokens[i] for t in group}) >= self.sibling_values:
+                    union([t.index for t in group])
         return [root(i) for i in range(len(self.templates))]
 
 
