@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -409,6 +410,74 @@ def test_merging_long_templates_holds_one_word_position_at_a_time() -> None:
     assert len(set(roots)) == 301
     # a copy of every template without each of its words at once would be 300 x 120 copies (35 MiB)
     assert peak < 4 * 2**20
+
+
+def test_a_summary_of_records_in_memory_runs_the_garbage_collector_once_at_most() -> None:
+    import gc
+
+    lines = [
+        Line(at(61 + i / 1000), "api", "INFO", f"job {i} done in {i % 97} ms by worker-{i % 13}") for i in range(20_000)
+    ]
+    summariser = LogSummariser()
+    collections = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        data = summariser.summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    finally:
+        gc.callbacks.remove(seen)
+    assert data.total == 20_000
+    # a full collection walks every object of the process, the records and the rest of a replay too;
+    # what the summary allocated is looked at once, when the collector resumes
+    assert collections in ([], [0])
+    assert gc.isenabled()
+
+
+def test_a_summary_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    def broken() -> Iterator[Line]:
+        yield Line(at(61), "api", "INFO", "started")
+        raise OSError("the log file went away")
+
+    with pytest.raises(OSError):
+        LogSummariser().summarise(broken(), baseline=BASELINE, window=WINDOW, service=None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        summarise([Line(at(61), "api", "INFO", "started")])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_garbage_cycles_a_stream_makes_are_freed_while_it_is_summarised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opsagent.logsummary import summary
+
+    monkeypatch.setattr(summary, "_COLLECT_EVERY", 1000)
+    freed = [0]
+    seen_freed = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            freed[0] += 1
+
+    def stream() -> Iterator[Line]:
+        for i in range(5000):
+            Cycle()  # garbage only a collection frees: a caught exception's traceback is one
+            if i == 4500:
+                seen_freed.append(freed[0])
+            yield Line(at(61), "api", "INFO", f"job {i} done")
+
+    LogSummariser().summarise(stream(), baseline=BASELINE, window=WINDOW, service=None)
+    assert seen_freed[0] >= 4000
 
 
 def test_values_of_a_variable_are_counted_exactly() -> None:

@@ -9,14 +9,16 @@ explicit "other" bucket. It does no I/O and never renders text (that is :mod:`.r
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import count
-from typing import NamedTuple, Protocol
+from itertools import count, islice
+from typing import NamedTuple, Protocol, TypeVar
 
 from opsagent.logsummary.families import SHAPE, families_of_shape, numeric_families, resolve, shape_of
 from opsagent.logsummary.levels import SEVERITY, UNKNOWN, normalise_level
@@ -38,6 +40,11 @@ _MAX_KEYS = 100_000
 _HISTOGRAM_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 _HISTOGRAM_BUCKETS = 60
 _ERRORS = frozenset({"error", "fatal"})
+#: Records of a stream (not a list) read between two collections of the young generations while the
+#: cyclic garbage collector is paused (see _collector_paused): bounds the garbage cycles a stream's
+#: producer may leave meanwhile (a caught exception's traceback is one) to what 65,536 records make.
+_COLLECT_EVERY = 1 << 16
+_T = TypeVar("_T")
 
 
 class LogLike(Protocol):
@@ -96,6 +103,40 @@ def _regroup(tokens: list[str], groups: tuple[int, ...]) -> list[str]:
         out.append(" ".join(tokens[i : i + n]))
         i += n
     return out
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a summary is made.
+
+    What a summary allocates (tuples of tokens, tallies, templates) makes no reference cycles, and
+    the records it is given are alive throughout, yet each full collection the allocations trigger
+    walks every object of the process: the records, and in a replay the whole recording. On 300,000
+    unique-heavy loghub lines the collector took 0.4 to 0.6 s of a 3 s summary. Left as it was when
+    the caller had paused it already.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _collecting(records: Iterable[_T]) -> Iterable[_T]:
+    """The records as they come; a stream's with a collection of the young generations (where new
+    garbage cycles are) every :data:`_COLLECT_EVERY` records, a list's untouched (it makes none)."""
+    if isinstance(records, list | tuple):
+        return records
+    return _every(iter(records))
+
+
+def _every(records: Iterator[_T]) -> Iterator[_T]:
+    for first in records:
+        yield first
+        yield from islice(records, _COLLECT_EVERY - 1)
+        gc.collect(1)
 
 
 class _Parsed(NamedTuple):
@@ -196,8 +237,9 @@ class LogSummariser:
         self, records: Iterable[LogLike], *, baseline: TimeRange, window: TimeRange, service: str | None
     ) -> LogsData:
         run = _Run(self, baseline=baseline, window=window)
-        run.feed(records)
-        return run.finish(service)
+        with _collector_paused():
+            run.feed(_collecting(records))
+            return run.finish(service)
 
     def summarise_lines(
         self,
@@ -223,18 +265,19 @@ class LogSummariser:
         by_shape: dict[int, Template] = {}
         assigned: list[int] = []
         parsed_get, remember = self._parsed.get, self._remember
-        for message in messages:
-            p = parsed_get(message)
-            if p is None:
-                p = remember(message)
-            index = by_key.get(p.kid)
-            if index is None:
-                likely = by_shape.get(p.shape_kid) if p.shape_kid != p.kid else None
-                found = miner.add(p.key, likely=likely)[0]
-                index = by_key[p.kid] = found.index if found is not None else -1
-                if found is not None and p.shape_kid != p.kid:
-                    by_shape[p.shape_kid] = found
-            assigned.append(index)
+        with _collector_paused():
+            for message in _collecting(messages):
+                p = parsed_get(message)
+                if p is None:
+                    p = remember(message)
+                index = by_key.get(p.kid)
+                if index is None:
+                    likely = by_shape.get(p.shape_kid) if p.shape_kid != p.kid else None
+                    found = miner.add(p.key, likely=likely)[0]
+                    index = by_key[p.kid] = found.index if found is not None else -1
+                    if found is not None and p.shape_kid != p.kid:
+                        by_shape[p.shape_kid] = found
+                assigned.append(index)
         roots = miner.merged()
         members: dict[int, list[Template]] = {}
         for t in miner.templates:
