@@ -112,8 +112,9 @@ def _collector_paused() -> Iterator[None]:
     What a summary allocates (tuples of tokens, tallies, templates) makes no reference cycles, and
     the records it is given are alive throughout, yet each full collection the allocations trigger
     walks every object of the process: the records, and in a replay the whole recording. On 300,000
-    unique-heavy loghub lines the collector took 0.4 to 0.6 s of a 3 s summary. Left as it was when
-    the caller had paused it already.
+    unique-heavy loghub lines the collector took 0.4 to 0.6 s of a 3 s summary. The switch is the
+    process's: another thread's garbage cycles wait for the summary's end (seconds, and a stream's
+    are collected as it is read, see _collecting). Left as it was when the caller had paused it.
     """
     enabled = gc.isenabled()
     gc.disable()
