@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -340,6 +341,23 @@ def test_a_busy_node_finds_the_same_templates_as_comparing_each_one(monkeypatch:
     assert mine() == indexed
 
 
+def test_a_busy_node_indexes_its_templates_in_little_memory() -> None:
+    import tracemalloc
+
+    # 1,000 templates of one node (40 tokens, the same first word), each token its own but for a
+    # shared word: the index a busy node keeps is most of the miner's memory on unique-heavy lines
+    streams = [["start", *(f"w{i}x{k}" if k % 8 else "shared" for k in range(39))] for i in range(1000)]
+    miner = TemplateMiner()
+    tracemalloc.start()
+    for tokens in streams:
+        miner.add(tokens)
+    size = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(miner.templates) == 1000
+    # the token strings are the caller's; templates and index take 1.4 MiB, 4.2 with a list per token
+    assert size < 2.5 * 2**20
+
+
 def _nodes(miner: TemplateMiner, streams: list[list[str]]) -> list[object]:
     for tokens in streams:
         miner.add(tokens)
@@ -382,6 +400,101 @@ def test_a_few_words_in_one_slot_stay_separate_events() -> None:
     ids = [miner.add(f"Instance {w} successfully on host <IP>".split())[0] for w in ["spawned", "destroyed"] * 3]
     roots = miner.merged()
     assert len({roots[t.index] for t in ids if t}) == 2
+
+
+def test_merging_long_templates_holds_one_word_position_at_a_time() -> None:
+    import random
+    import tracemalloc
+
+    rng = random.Random(11)
+
+    def word() -> str:
+        return "".join(rng.choice("abcdefghij") for _ in range(6))
+
+    miner = TemplateMiner()
+    # 300 events of 120 words, no two alike, and six that differ by the word at position 7 alone
+    for _ in range(300):
+        miner.add([word() for _ in range(120)])
+    context = [word() for _ in range(120)]
+    siblings = [
+        miner.add([*context[:7], w, *context[8:]])[0] for w in ["alpha", "beta", "gamma", "delta", "kappa", "omega"]
+    ]
+    tracemalloc.start()
+    roots = miner.merged()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len({roots[t.index] for t in siblings if t}) == 1
+    assert len(set(roots)) == 301
+    # a copy of every template without each of its words at once would be 300 x 120 copies (35 MiB)
+    assert peak < 4 * 2**20
+
+
+def test_a_summary_of_records_in_memory_runs_the_garbage_collector_once_at_most() -> None:
+    import gc
+
+    lines = [
+        Line(at(61 + i / 1000), "api", "INFO", f"job {i} done in {i % 97} ms by worker-{i % 13}") for i in range(20_000)
+    ]
+    summariser = LogSummariser()
+    collections = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        data = summariser.summarise(lines, baseline=BASELINE, window=WINDOW, service=None)
+    finally:
+        gc.callbacks.remove(seen)
+    assert data.total == 20_000
+    # a full collection walks every object of the process, the records and the rest of a replay too;
+    # what the summary allocated is looked at once, when the collector resumes
+    assert collections in ([], [0])
+    assert gc.isenabled()
+
+
+def test_a_summary_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    def broken() -> Iterator[Line]:
+        yield Line(at(61), "api", "INFO", "started")
+        raise OSError("the log file went away")
+
+    with pytest.raises(OSError):
+        LogSummariser().summarise(broken(), baseline=BASELINE, window=WINDOW, service=None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        summarise([Line(at(61), "api", "INFO", "started")])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_garbage_cycles_a_stream_makes_are_freed_while_it_is_summarised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opsagent.logsummary import summary
+
+    monkeypatch.setattr(summary, "_COLLECT_EVERY", 1000)
+    freed = [0]
+    seen_freed = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            freed[0] += 1
+
+    def stream() -> Iterator[Line]:
+        for i in range(5000):
+            Cycle()  # garbage only a collection frees: a caught exception's traceback is one
+            if i == 4500:
+                seen_freed.append(freed[0])
+            yield Line(at(61), "api", "INFO", f"job {i} done")
+
+    LogSummariser().summarise(stream(), baseline=BASELINE, window=WINDOW, service=None)
+    assert seen_freed[0] >= 4000
 
 
 def test_values_of_a_variable_are_counted_exactly() -> None:
