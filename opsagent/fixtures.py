@@ -11,11 +11,11 @@ from __future__ import annotations
 import gzip
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args, overload
 
 import numpy as np
 import yaml
@@ -25,12 +25,13 @@ from pydantic import (
     ConfigDict,
     Field,
     FiniteFloat,
+    GetCoreSchemaHandler,
     PlainSerializer,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
-from pydantic_core import from_json
+from pydantic_core import core_schema, from_json
 
 from opsagent.analysis.columns import BATCH, SpanBatches, SpanColumns
 from opsagent.errors import ConfigError, FixtureError, Problem
@@ -169,12 +170,103 @@ class IncidentFile(BaseModel):
         return period
 
 
+class Samples(Sequence[tuple[float, float]]):
+    """A series' samples, ``(unix_s, value)`` pairs in the order given, held as one float64 array of
+    two columns: 16 bytes a sample, where a tuple of two floats a sample takes 112 (a recording's
+    samples were the largest part of its metrics in memory). A sequence of those tuples to every
+    reader, made as it is read; equal to a sequence of the same pairs. Immutable, as the series is."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, pairs: Iterable[tuple[float, float]] = ()) -> None:
+        listed = pairs if isinstance(pairs, list) else list(pairs)
+        array = np.fromiter(chain.from_iterable(listed), dtype=np.float64, count=2 * len(listed)).reshape(-1, 2)
+        array.flags.writeable = False
+        self._pairs = array
+
+    @classmethod
+    def of_columns(cls, times: np.ndarray, values: np.ndarray) -> Samples:
+        """Samples from a column of times and one of values, of one length (copied)."""
+        out = cls.__new__(cls)
+        array = np.column_stack((times, values)).astype(np.float64, copy=False).reshape(-1, 2)
+        array.flags.writeable = False
+        out._pairs = array
+        return out
+
+    @property
+    def times(self) -> np.ndarray:
+        """The samples' times (unix s), a read-only view."""
+        return self._pairs[:, 0]
+
+    @property
+    def values(self) -> np.ndarray:
+        """The samples' values, a read-only view."""
+        return self._pairs[:, 1]
+
+    def pairs(self) -> list[tuple[float, float]]:
+        """The samples as a list of ``(unix_s, value)`` tuples."""
+        flat = iter(self._pairs.ravel().tolist())
+        return list(zip(flat, flat, strict=False))
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        flat = iter(self._pairs.ravel().tolist())  # floats made at once in C, paired by zip
+        return zip(flat, flat, strict=False)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, float]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Samples: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[float, float] | Samples:
+        if isinstance(index, slice):
+            out = Samples.__new__(Samples)
+            out._pairs = self._pairs[index]
+            return out
+        t, v = self._pairs[index].tolist()
+        return (t, v)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Samples):
+            return bool(np.array_equal(self._pairs, other._pairs))
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return self.pairs() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as the list of pairs it stands for
+
+    def __repr__(self) -> str:
+        return f"Samples({self.pairs()!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Samples, (self.pairs(),))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        # Validated as the list of pairs of finite floats it was before (the same errors, fields and
+        # JSON schema), then held as an array; samples already held pass as they are.
+        pairs = handler.generate_schema(list[tuple[FiniteFloat, FiniteFloat]])
+        from_pairs = core_schema.no_info_after_validator_function(cls, pairs)
+        return core_schema.json_or_python_schema(
+            json_schema=from_pairs,
+            python_schema=core_schema.no_info_wrap_validator_function(_held_or_validated, pairs),
+            serialization=core_schema.plain_serializer_function_ser_schema(cls.pairs, return_schema=pairs),
+        )
+
+
+def _held_or_validated(value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Samples:
+    return value if isinstance(value, Samples) else Samples(handler(value))
+
+
 class MetricSeries(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     labels: dict[str, str]
     #: [unix_s, value]; no NaN or infinity (a missing sample is left out)
-    samples: list[tuple[FiniteFloat, FiniteFloat]]
+    samples: Samples
     unit: str | None = None
     type: Literal["gauge", "counter"] | None = None
 

@@ -19,10 +19,12 @@ from itertools import pairwise
 from statistics import median
 from typing import Literal
 
+import numpy as np
+
 from opsagent import ranking
 from opsagent.analysis.gaps import MIN_PAIRED, MS_PER_UNIT
 from opsagent.catalog import SignalCatalog
-from opsagent.fixtures import MetricSeries, SignalDef, unix
+from opsagent.fixtures import MetricSeries, Samples, SignalDef, unix
 from opsagent.models import CallGap, Incident, SeriesStats
 from opsagent.naming import meaning_of
 from opsagent.stats import (
@@ -73,14 +75,14 @@ def is_counter(name: str, kind: str | None) -> bool:
     return kind == "counter" or (kind is None and name.endswith("_total"))
 
 
-def as_rate(series: MetricSeries, default_type: str | None = None) -> list[Sample]:
-    """Counters become per-sample increases (reset-aware); gauges pass through."""
+def as_rate(series: MetricSeries, default_type: str | None = None) -> Samples:
+    """Counters become per-sample increases (reset-aware): each sample less the one before, or itself
+    where the counter went down (a reset); gauges pass through, their own samples (not a copy)."""
+    samples = series.samples
     if not is_counter(series.name, series.type or default_type):
-        return list(series.samples)
-    out: list[Sample] = []
-    for (_, prev), (t, cur) in zip(series.samples, series.samples[1:], strict=False):
-        out.append((t, cur - prev if cur >= prev else cur))
-    return out
+        return samples
+    before, now = samples.values[:-1], samples.values[1:]
+    return Samples.of_columns(samples.times[1:], np.where(now >= before, now - before, now))
 
 
 #: A ceiling as a signal's stats take it: a constant, a series (the ceiling in force at each time), or none.
@@ -175,7 +177,7 @@ class ScanGroup:
     component: str
     metric: str
     caller: str
-    members: list[list[Sample]]
+    members: list[Sequence[Sample]]
     side: Literal["client", "server"] | None = None
     node: str | None = None
     outbound: bool = False
@@ -196,10 +198,10 @@ class ScanGroup:
         return spec.limit.replace("$service", self.component) if spec.limit else None
 
 
-def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> list[ScanGroup]:
+def scan_groups(series: Iterable[tuple[MetricSeries, str, Sequence[Sample]]]) -> list[ScanGroup]:
     """Series grouped by component, metric, caller and side, in a stable order. Node-level series
     are grouped by node as well, so a node's figure is read once per component on it."""
-    groups: dict[tuple[str, str, str, str, str], list[list[Sample]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, str], list[Sequence[Sample]]] = defaultdict(list)
     outbound: set[str] = set()
     for s, component, samples in series:
         node = node_of(s.labels, s.samples) if is_node_series(s.name) else ""
