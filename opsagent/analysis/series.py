@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -333,7 +334,9 @@ class PeerNoise:
     partial pooling, so "x3" means something different for a jittery per-pod percentile than for
     a steady CPU figure."""
 
-    deviations: tuple[float, ...]  # |log(sample / the sample before)| of normal samples, sorted
+    # |log(sample / the sample before)| of normal samples, sorted; held as an array of doubles (8 bytes
+    # each, where a float object takes 32 and there is one for every sample of the metric before onset)
+    deviations: Sequence[float]
     floor: float  # levels below this count as this (no log of zero)
 
     def surprise(self, level: float, centre: float) -> float | None:
@@ -374,7 +377,7 @@ def peer_noise(
         floor = max(floors[key], PEER_FLOOR_SHARE * abs(typical), 1e-9)
         # each level floored once, not once for each of the two jumps it takes part in
         jumps = sorted(abs(math.log(b / a)) for run in runs for a, b in pairwise([max(v, 0.0) + floor for v in run]))
-        out[key] = PeerNoise(tuple(jumps), floor)
+        out[key] = PeerNoise(array("d", jumps), floor)
     return out
 
 
