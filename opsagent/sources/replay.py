@@ -36,7 +36,7 @@ from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
 from opsagent.analysis.versions import caller_names, compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
-from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, Samples, SignalDef
+from opsagent.fixtures import Edge, MetricSeries, RecordedLine, Recording, Samples, SignalDef
 from opsagent.logsummary import SimpleSummariser, Summariser
 from opsagent.models import (
     CallGap,
@@ -181,7 +181,7 @@ class ReplayLogs:
     def __init__(self, recording: Recording, summariser: Summariser | None = None) -> None:
         self.recording = recording
         self.summariser = summariser or SimpleSummariser()
-        self._by_service: dict[str, list[LogRecord]] = defaultdict(list)
+        self._by_service: dict[str, list[RecordedLine]] = defaultdict(list)
         for rec in recording.logs:
             self._by_service[rec.service].append(rec)
 
