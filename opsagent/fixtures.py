@@ -15,8 +15,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from itertools import chain, islice, repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, overload
+from typing import Annotated, Any, Literal, NamedTuple, get_args, overload
 
 import numpy as np
 import yaml
@@ -28,6 +29,7 @@ from pydantic import (
     FiniteFloat,
     GetCoreSchemaHandler,
     PlainSerializer,
+    SkipValidation,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -294,14 +296,12 @@ class LogRecord(BaseModel):
     pod: str | None = None
 
 
-class RecordedLine:
+class RecordedLine(NamedTuple):
     """One log line as a loaded recording holds it: a :class:`LogRecord`'s fields, read the same way
-    (``ts``, ``service``, ``level``, ``message``, ``trace_id``, ``pod``, ``model_extra``), in a slotted
-    object of 96 bytes where the model and its dict of fields took 352 (a large recording holds
-    hundreds of thousands of lines). Validated as a :class:`LogRecord` when read; immutable;
-    :meth:`record` gives that record back, with the fields its line set."""
-
-    __slots__ = ("_given", "level", "message", "model_extra", "pod", "service", "trace_id", "ts")
+    (``ts``, ``service``, ``level``, ``message``, ``trace_id``, ``pod``, ``model_extra``,
+    ``model_fields_set``), in a tuple of 104 bytes where the model and its dict of fields took 352 (a
+    large recording holds hundreds of thousands of lines). Validated as a :class:`LogRecord` when read
+    (:meth:`of`); immutable; :meth:`record` gives that record back."""
 
     ts: datetime
     service: str
@@ -311,42 +311,25 @@ class RecordedLine:
     pod: str | None
     #: fields beyond a log record's own, as read (None where the line has none)
     model_extra: dict[str, Any] | None
-    _given: AbstractSet[str]
+    #: the fields the line gave (shared by lines that gave the same ones)
+    model_fields_set: AbstractSet[str]
 
-    def __init__(self, record: LogRecord) -> None:
-        fields = record.__dict__
-        put = object.__setattr__
-        for name in _LOG_FIELDS:
-            put(self, name, fields[name])
-        put(self, "model_extra", record.__pydantic_extra__ or None)
-        put(self, "_given", record.__pydantic_fields_set__)  # shared by lines that set the same fields
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"a recorded log line cannot be changed ({name})")
-
-    __delattr__ = __setattr__  # type: ignore[assignment]
+    @classmethod
+    def of(cls, record: LogRecord) -> RecordedLine:
+        """The line a validated record holds."""
+        own = _own_fields(record.__dict__)
+        return _new_tuple(cls, (*own, record.__pydantic_extra__ or None, record.__pydantic_fields_set__))
 
     def record(self) -> LogRecord:
         """The line as the :class:`LogRecord` it was read as."""
-        fields = {name: getattr(self, name) for name in _LOG_FIELDS}
-        return LogRecord.model_construct(set(self._given), **fields, **(self.model_extra or {}))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RecordedLine):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]  # as its record's: its extra fields are a dict
-
-    def __repr__(self) -> str:
-        return f"RecordedLine({self.record()!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (RecordedLine, (self.record(),))
+        fields: dict[str, Any] = dict(zip(_LOG_FIELDS, self, strict=False))
+        return LogRecord.model_construct(set(self.model_fields_set), **fields, **(self.model_extra or {}))
 
 
-#: A log record's own fields, as :class:`RecordedLine` keeps them.
-_LOG_FIELDS = tuple(LogRecord.model_fields)
+_new_tuple = tuple.__new__
+#: A log record's own fields: the first of :class:`RecordedLine`'s, in this order.
+_LOG_FIELDS = RecordedLine._fields[:6]
+_own_fields = itemgetter(*_LOG_FIELDS)
 
 
 def _recorded_lines(lines: list[RecordedLine]) -> list[LogRecord]:
@@ -497,9 +480,9 @@ class Recording(BaseModel):
     signals: dict[str, SignalDef]
     meta: str | None
     metrics: list[MetricSeries]
-    logs: Annotated[list[RecordedLine], PlainSerializer(_recorded_lines, return_type=list[LogRecord])] = Field(
-        description="the log lines, each read as a log record and held as a :class:`RecordedLine`"
-    )
+    logs: Annotated[
+        list[RecordedLine], SkipValidation, PlainSerializer(_recorded_lines, return_type=list[LogRecord])
+    ] = Field(description="the log lines, each read as a log record and held as a :class:`RecordedLine`")
     changes: list[Change]
     traces: Annotated[SpanColumns, PlainSerializer(SpanColumns.as_json, return_type=dict[str, Any])] = Field(
         description="the spans as columns: what every trace analysis reads"
@@ -542,7 +525,7 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
 def _read_logs(path: Path, problems: list[Problem]) -> list[RecordedLine]:
     """A logs file as the lines a recording holds: each line validated as a :class:`LogRecord` (with the
     same problems as :func:`stream`), kept as a :class:`RecordedLine`."""
-    return list(map(RecordedLine, _records(path, LogRecord, problems, None, share_extras=True)))
+    return list(map(RecordedLine.of, _records(path, LogRecord, problems, None, share_extras=True)))
 
 
 def read_spans(path: Path) -> SpanColumns:
