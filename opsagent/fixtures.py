@@ -323,7 +323,10 @@ class RecordedLine(NamedTuple):
     def record(self) -> LogRecord:
         """The line as the :class:`LogRecord` it was read as."""
         fields: dict[str, Any] = dict(zip(_LOG_FIELDS, self, strict=False))
-        return LogRecord.model_construct(set(self.model_fields_set), **fields, **(self.model_extra or {}))
+        record = LogRecord.model_construct(set(self.model_fields_set), **fields)
+        # its extra fields as read, not as keywords: a line may name one ``_fields_set``
+        object.__setattr__(record, "__pydantic_extra__", dict(self.model_extra or {}))
+        return record
 
 
 _new_tuple = tuple.__new__

@@ -139,6 +139,14 @@ def test_loaded_records_keep_which_fields_their_own_line_gave(tmp_path: Path) ->
     assert json.loads(recording.model_dump_json())["logs"][2] == dict(lines[2], trace_id=None)
 
 
+def test_a_log_line_whose_extra_fields_are_named_like_arguments_dumps_as_read(tmp_path: Path) -> None:
+    line = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "GET /"}
+    line |= {"_fields_set": "x", "self": 1, "cls": None}
+    d = _fixture(tmp_path, logs_jsonl=json.dumps(line) + "\n")
+    (got,) = load(d)[0].logs
+    assert got.record().model_dump(mode="json", exclude_unset=True) == line
+
+
 def test_a_recordings_log_lines_are_held_in_a_few_hundred_bytes_each(tmp_path: Path) -> None:
     # a large recording holds hundreds of thousands of lines: as models, with a dict of fields each,
     # 20,000 short lines took about 470 bytes a line
