@@ -11,11 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NamedTuple, get_args, overload
 
 import numpy as np
 import yaml
@@ -25,12 +27,14 @@ from pydantic import (
     ConfigDict,
     Field,
     FiniteFloat,
+    GetCoreSchemaHandler,
     PlainSerializer,
+    SkipValidation,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
-from pydantic_core import from_json
+from pydantic_core import core_schema, from_json
 
 from opsagent.analysis.columns import BATCH, SpanBatches, SpanColumns
 from opsagent.errors import ConfigError, FixtureError, Problem
@@ -169,12 +173,103 @@ class IncidentFile(BaseModel):
         return period
 
 
+class Samples(Sequence[tuple[float, float]]):
+    """A series' samples, ``(unix_s, value)`` pairs in the order given, held as one float64 array of
+    two columns: 16 bytes a sample, where a tuple of two floats a sample takes 112 (a recording's
+    samples were the largest part of its metrics in memory). A sequence of those tuples to every
+    reader, made as it is read; equal to a sequence of the same pairs. Immutable, as the series is."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, pairs: Iterable[tuple[float, float]] = ()) -> None:
+        listed = pairs if isinstance(pairs, list) else list(pairs)
+        array = np.fromiter(chain.from_iterable(listed), dtype=np.float64, count=2 * len(listed)).reshape(-1, 2)
+        array.flags.writeable = False
+        self._pairs = array
+
+    @classmethod
+    def of_columns(cls, times: np.ndarray, values: np.ndarray) -> Samples:
+        """Samples from a column of times and one of values, of one length (copied)."""
+        out = cls.__new__(cls)
+        array = np.column_stack((times, values)).astype(np.float64, copy=False).reshape(-1, 2)
+        array.flags.writeable = False
+        out._pairs = array
+        return out
+
+    @property
+    def times(self) -> np.ndarray:
+        """The samples' times (unix s), a read-only view."""
+        return self._pairs[:, 0]
+
+    @property
+    def values(self) -> np.ndarray:
+        """The samples' values, a read-only view."""
+        return self._pairs[:, 1]
+
+    def pairs(self) -> list[tuple[float, float]]:
+        """The samples as a list of ``(unix_s, value)`` tuples."""
+        flat = iter(self._pairs.ravel().tolist())
+        return list(zip(flat, flat, strict=False))
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        flat = iter(self._pairs.ravel().tolist())  # floats made at once in C, paired by zip
+        return zip(flat, flat, strict=False)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, float]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Samples: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[float, float] | Samples:
+        if isinstance(index, slice):
+            out = Samples.__new__(Samples)
+            out._pairs = self._pairs[index]
+            return out
+        t, v = self._pairs[index].tolist()
+        return (t, v)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Samples):
+            return bool(np.array_equal(self._pairs, other._pairs))
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return self.pairs() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as the list of pairs it stands for
+
+    def __repr__(self) -> str:
+        return f"Samples({self.pairs()!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Samples, (self.pairs(),))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        # Validated as the list of pairs of finite floats it was before (the same errors, fields and
+        # JSON schema), then held as an array; samples already held pass as they are.
+        pairs = handler.generate_schema(list[tuple[FiniteFloat, FiniteFloat]])
+        from_pairs = core_schema.no_info_after_validator_function(cls, pairs)
+        return core_schema.json_or_python_schema(
+            json_schema=from_pairs,
+            python_schema=core_schema.no_info_wrap_validator_function(_held_or_validated, pairs),
+            serialization=core_schema.plain_serializer_function_ser_schema(cls.pairs, return_schema=pairs),
+        )
+
+
+def _held_or_validated(value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Samples:
+    return value if isinstance(value, Samples) else Samples(handler(value))
+
+
 class MetricSeries(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     labels: dict[str, str]
     #: [unix_s, value]; no NaN or infinity (a missing sample is left out)
-    samples: list[tuple[FiniteFloat, FiniteFloat]]
+    samples: Samples
     unit: str | None = None
     type: Literal["gauge", "counter"] | None = None
 
@@ -199,6 +294,49 @@ class LogRecord(BaseModel):
     message: str
     trace_id: str | None = None
     pod: str | None = None
+
+
+class RecordedLine(NamedTuple):
+    """One log line as a loaded recording holds it: a :class:`LogRecord`'s fields, read the same way
+    (``ts``, ``service``, ``level``, ``message``, ``trace_id``, ``pod``, ``model_extra``,
+    ``model_fields_set``), in a tuple of 104 bytes where the model and its dict of fields took 352 (a
+    large recording holds hundreds of thousands of lines). Validated as a :class:`LogRecord` when read
+    (:meth:`of`); immutable; :meth:`record` gives that record back."""
+
+    ts: datetime
+    service: str
+    level: str
+    message: str
+    trace_id: str | None
+    pod: str | None
+    #: fields beyond a log record's own, as read (None where the line has none)
+    model_extra: dict[str, Any] | None
+    #: the fields the line gave (shared by lines that gave the same ones)
+    model_fields_set: AbstractSet[str]
+
+    @classmethod
+    def of(cls, record: LogRecord) -> RecordedLine:
+        """The line a validated record holds."""
+        own = _own_fields(record.__dict__)
+        return _new_tuple(cls, (*own, record.__pydantic_extra__ or None, record.__pydantic_fields_set__))
+
+    def record(self) -> LogRecord:
+        """The line as the :class:`LogRecord` it was read as."""
+        fields: dict[str, Any] = dict(zip(_LOG_FIELDS, self, strict=False))
+        record = LogRecord.model_construct(set(self.model_fields_set), **fields)
+        # its extra fields as read, not as keywords: a line may name one ``_fields_set``
+        object.__setattr__(record, "__pydantic_extra__", dict(self.model_extra or {}))
+        return record
+
+
+_new_tuple = tuple.__new__
+#: A log record's own fields: the first of :class:`RecordedLine`'s, in this order.
+_LOG_FIELDS = RecordedLine._fields[:6]
+_own_fields = itemgetter(*_LOG_FIELDS)
+
+
+def _recorded_lines(lines: list[RecordedLine]) -> list[LogRecord]:
+    return [line.record() for line in lines]
 
 
 class Change(BaseModel):
@@ -345,7 +483,9 @@ class Recording(BaseModel):
     signals: dict[str, SignalDef]
     meta: str | None
     metrics: list[MetricSeries]
-    logs: list[LogRecord]
+    logs: Annotated[
+        list[RecordedLine], SkipValidation, PlainSerializer(_recorded_lines, return_type=list[LogRecord])
+    ] = Field(description="the log lines, each read as a log record and held as a :class:`RecordedLine`")
     changes: list[Change]
     traces: Annotated[SpanColumns, PlainSerializer(SpanColumns.as_json, return_type=dict[str, Any])] = Field(
         description="the spans as columns: what every trace analysis reads"
@@ -383,6 +523,12 @@ _UNIQUE: dict[str, str] = {"changes": "id"}
 
 def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], unique: str | None = None) -> list[Any]:
     return list(_records(path, model, problems, unique, share_extras=True))
+
+
+def _read_logs(path: Path, problems: list[Problem]) -> list[RecordedLine]:
+    """A logs file as the lines a recording holds: each line validated as a :class:`LogRecord` (with the
+    same problems as :func:`stream`), kept as a :class:`RecordedLine`."""
+    return list(map(RecordedLine.of, _records(path, LogRecord, problems, None, share_extras=True)))
 
 
 def read_spans(path: Path) -> SpanColumns:
@@ -645,6 +791,8 @@ def _load(directory: Path) -> tuple[Recording | None, Truth | None, list[Problem
         path = telemetry_file(directory, name)
         if name == "traces":
             telemetry[name] = SpanColumns.read([]) if path is None else _read_spans(path, problems)
+        elif name == "logs":
+            telemetry[name] = [] if path is None else _read_logs(path, problems)
         else:
             telemetry[name] = (
                 [] if path is None else _read_records(path, _RECORD_MODELS[name], problems, _UNIQUE.get(name))

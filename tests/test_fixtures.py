@@ -1,7 +1,10 @@
 import asyncio
 import gzip
 import json
+import math
+import pickle
 import shutil
+import tracemalloc
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +17,7 @@ from pydantic import ValidationError
 
 from opsagent.analysis.columns import SpanColumns
 from opsagent.errors import FixtureError
-from opsagent.fixtures import Recording, json_schemas, load, read_spans, stream, validate
+from opsagent.fixtures import MetricSeries, Recording, json_schemas, load, read_spans, stream, validate
 from opsagent.models import Hypothesis, HypothesisResult, Incident, Lesson, Observation, Step
 from opsagent.pipeline import investigate_fixture
 from opsagent.plan import load_default_playbooks
@@ -124,12 +127,46 @@ def test_loaded_records_keep_which_fields_their_own_line_gave(tmp_path: Path) ->
     ]
     d = _fixture(tmp_path, logs_jsonl="".join(json.dumps(x) + "\n" for x in lines))
     recording, _ = load(d)
-    dumped = [r.model_dump(mode="json", exclude_unset=True) for r in recording.logs]
+    dumped = [r.record().model_dump(mode="json", exclude_unset=True) for r in recording.logs]
     assert dumped == lines
     assert [r.trace_id for r in recording.logs] == ["t1", None, None, None]
-    with pytest.raises(ValidationError):  # a record as loaded cannot be changed (nor its fields' record)
+    assert [r.model_extra for r in recording.logs] == [None, None, {"span_id": "s1"}, None]
+    with pytest.raises(AttributeError):  # a line as loaded cannot be changed (nor its fields' record)
         recording.logs[1].message = "changed"
-    assert recording.logs[3].model_dump(mode="json", exclude_unset=True) == lines[3]
+    with pytest.raises(ValidationError):
+        recording.logs[1].record().message = "changed"
+    assert recording.logs[3].record().model_dump(mode="json", exclude_unset=True) == lines[3]
+    assert json.loads(recording.model_dump_json())["logs"][2] == dict(lines[2], trace_id=None)
+
+
+def test_a_log_line_whose_extra_fields_are_named_like_arguments_dumps_as_read(tmp_path: Path) -> None:
+    line = {"ts": "2026-03-01T14:00:00Z", "service": "api", "level": "INFO", "message": "GET /"}
+    line |= {"_fields_set": "x", "self": 1, "cls": None}
+    d = _fixture(tmp_path, logs_jsonl=json.dumps(line) + "\n")
+    (got,) = load(d)[0].logs
+    assert got.record().model_dump(mode="json", exclude_unset=True) == line
+
+
+def test_a_recordings_log_lines_are_held_in_a_few_hundred_bytes_each(tmp_path: Path) -> None:
+    # a large recording holds hundreds of thousands of lines: as models, with a dict of fields each,
+    # 20,000 short lines took about 470 bytes a line
+    lines = [
+        {"ts": f"2026-03-01T14:{i // 6000:02d}:{i // 100 % 60:02d}.{i % 100:02d}Z", "service": "api"}
+        | {"level": "INFO", "message": f"GET /{i}", "pod": "api-1"}
+        for i in range(20_000)
+    ]
+    d = _fixture(tmp_path, logs_jsonl="".join(json.dumps(x) + "\n" for x in lines))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        recording, _ = load(d)
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 260 * len(lines)
+    assert [(r.message, r.pod, r.ts.second) for r in recording.logs[::997]] == [
+        (x["message"], "api-1", i // 100 % 60) for i, x in enumerate(lines) if i % 997 == 0
+    ]
 
 
 def test_records_with_the_same_extra_texts_share_them_and_keep_their_json_types(tmp_path: Path) -> None:
@@ -151,11 +188,46 @@ def test_records_with_the_same_extra_texts_share_them_and_keep_their_json_types(
     lines = [dict(log, message=f"line {i}", **x) for i, x in enumerate(extras)]
     d = _fixture(tmp_path, logs_jsonl="".join(json.dumps(x) + "\n" for x in lines))
     logs = load(d)[0].logs
-    assert [r.model_dump(mode="json", exclude_unset=True) for r in logs] == lines
+    assert [r.record().model_dump(mode="json", exclude_unset=True) for r in logs] == lines
     assert [type(r.model_extra["retries"]) for r in logs[5:8] if r.model_extra] == [int, bool, float]
     assert logs[0].model_extra is logs[1].model_extra and logs[3].model_extra is logs[4].model_extra
     assert logs[2].model_extra is not logs[0].model_extra
     assert logs[8].model_extra is not logs[9].model_extra
+
+
+def test_metric_samples_load_as_two_float_columns_and_read_as_the_pairs_given(tmp_path: Path) -> None:
+    # 20,000 samples held as tuples of two floats took 2.2 MB; as columns they take 16 bytes each
+    pairs = [(1_700_000_000.0 + 15 * i, i * 0.25) for i in range(20_000)]
+    line = {"labels": {"__name__": "up", "service": "api"}, "samples": [[t, int(v) if v == 3 else v] for t, v in pairs]}
+    d = _fixture(tmp_path, metrics_jsonl=json.dumps(line) + "\n")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        recording, _ = load(d)
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    samples = recording.metrics[0].samples
+    assert kept < 1_000_000
+    assert samples == pairs and list(samples) == pairs and len(samples) == 20_000
+    assert samples[3] == (1_700_000_045.0, 0.75) and type(samples[12][1]) is float
+    assert samples[1:3] == pairs[1:3] and dict(samples[:2]) == dict(pairs[:2])
+    assert recording.metrics[0].model_dump()["samples"] == pairs
+    assert json.loads(recording.metrics[0].model_dump_json())["samples"] == [list(p) for p in pairs]
+    assert pickle.loads(pickle.dumps(recording.metrics[0])) == recording.metrics[0]
+    with pytest.raises(ValueError):  # the series' samples cannot be changed through them
+        samples.values[0] = 1.0
+
+
+def test_a_bad_metric_sample_is_named_by_line_and_field(tmp_path: Path) -> None:
+    good = {"labels": {"__name__": "up"}, "samples": [[1, 2], [3, "4"]]}
+    bad = {"labels": {"__name__": "up"}, "samples": [[1, 2], [3, "NaN"], [5]]}
+    d = _fixture(tmp_path, metrics_jsonl=json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    found = [(p.line, p.field) for p in validate(d)]
+    assert found == [(2, "samples.1.1"), (2, "samples.2.1")]
+    assert MetricSeries(labels={"__name__": "up"}, samples=[(1, 2)]).samples == [(1.0, 2.0)]
+    with pytest.raises(ValidationError):
+        MetricSeries(labels={"__name__": "up"}, samples=[(1.0, math.inf)])
 
 
 SPAN = {"trace_id": "t", "span_id": "a", "parent_id": None, "service": "api", "operation": "GET /"}

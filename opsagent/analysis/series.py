@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -19,10 +20,12 @@ from itertools import pairwise
 from statistics import median
 from typing import Literal
 
+import numpy as np
+
 from opsagent import ranking
 from opsagent.analysis.gaps import MIN_PAIRED, MS_PER_UNIT
 from opsagent.catalog import SignalCatalog
-from opsagent.fixtures import MetricSeries, SignalDef, unix
+from opsagent.fixtures import MetricSeries, Samples, SignalDef, unix
 from opsagent.models import CallGap, Incident, SeriesStats
 from opsagent.naming import meaning_of
 from opsagent.stats import (
@@ -73,14 +76,14 @@ def is_counter(name: str, kind: str | None) -> bool:
     return kind == "counter" or (kind is None and name.endswith("_total"))
 
 
-def as_rate(series: MetricSeries, default_type: str | None = None) -> list[Sample]:
-    """Counters become per-sample increases (reset-aware); gauges pass through."""
+def as_rate(series: MetricSeries, default_type: str | None = None) -> Samples:
+    """Counters become per-sample increases (reset-aware): each sample less the one before, or itself
+    where the counter went down (a reset); gauges pass through, their own samples (not a copy)."""
+    samples = series.samples
     if not is_counter(series.name, series.type or default_type):
-        return list(series.samples)
-    out: list[Sample] = []
-    for (_, prev), (t, cur) in zip(series.samples, series.samples[1:], strict=False):
-        out.append((t, cur - prev if cur >= prev else cur))
-    return out
+        return samples
+    before, now = samples.values[:-1], samples.values[1:]
+    return Samples.of_columns(samples.times[1:], np.where(now >= before, now - before, now))
 
 
 #: A ceiling as a signal's stats take it: a constant, a series (the ceiling in force at each time), or none.
@@ -175,7 +178,7 @@ class ScanGroup:
     component: str
     metric: str
     caller: str
-    members: list[list[Sample]]
+    members: list[Sequence[Sample]]
     side: Literal["client", "server"] | None = None
     node: str | None = None
     outbound: bool = False
@@ -196,10 +199,10 @@ class ScanGroup:
         return spec.limit.replace("$service", self.component) if spec.limit else None
 
 
-def scan_groups(series: Iterable[tuple[MetricSeries, str, list[Sample]]]) -> list[ScanGroup]:
+def scan_groups(series: Iterable[tuple[MetricSeries, str, Sequence[Sample]]]) -> list[ScanGroup]:
     """Series grouped by component, metric, caller and side, in a stable order. Node-level series
     are grouped by node as well, so a node's figure is read once per component on it."""
-    groups: dict[tuple[str, str, str, str, str], list[list[Sample]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, str], list[Sequence[Sample]]] = defaultdict(list)
     outbound: set[str] = set()
     for s, component, samples in series:
         node = node_of(s.labels, s.samples) if is_node_series(s.name) else ""
@@ -331,7 +334,9 @@ class PeerNoise:
     partial pooling, so "x3" means something different for a jittery per-pod percentile than for
     a steady CPU figure."""
 
-    deviations: tuple[float, ...]  # |log(sample / the sample before)| of normal samples, sorted
+    # |log(sample / the sample before)| of normal samples, sorted; held as an array of doubles (8 bytes
+    # each, where a float object takes 32 and there is one for every sample of the metric before onset)
+    deviations: Sequence[float]
     floor: float  # levels below this count as this (no log of zero)
 
     def surprise(self, level: float, centre: float) -> float | None:
@@ -372,7 +377,7 @@ def peer_noise(
         floor = max(floors[key], PEER_FLOOR_SHARE * abs(typical), 1e-9)
         # each level floored once, not once for each of the two jumps it takes part in
         jumps = sorted(abs(math.log(b / a)) for run in runs for a, b in pairwise([max(v, 0.0) + floor for v in run]))
-        out[key] = PeerNoise(tuple(jumps), floor)
+        out[key] = PeerNoise(array("d", jumps), floor)
     return out
 
 

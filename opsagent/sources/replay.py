@@ -36,7 +36,7 @@ from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
 from opsagent.analysis.versions import caller_names, compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
-from opsagent.fixtures import Edge, LogRecord, MetricSeries, Recording, SignalDef
+from opsagent.fixtures import Edge, MetricSeries, RecordedLine, Recording, Samples, SignalDef
 from opsagent.logsummary import SimpleSummariser, Summariser
 from opsagent.models import (
     CallGap,
@@ -52,7 +52,6 @@ from opsagent.models import (
 from opsagent.selector import Matcher, Selector, SelectorError, parse
 from opsagent.sources import Sources
 from opsagent.sources.kubernetes import replay_kubernetes
-from opsagent.stats import Sample
 
 
 def replay_sources(recording: Recording, catalog: SignalCatalog, summariser: Summariser | None = None) -> Sources:
@@ -96,7 +95,7 @@ class ReplayMetrics:
     def _key(incident: Incident) -> str:
         return f"{incident.id}|{incident.onset.isoformat()}|{incident.baseline.start.isoformat()}"
 
-    def _select(self, selector: Selector) -> list[tuple[MetricSeries, str, list[Sample]]]:
+    def _select(self, selector: Selector) -> list[tuple[MetricSeries, str, Samples]]:
         out = []
         for series, component, samples in self._series:
             if selector.name and series.name != selector.name:
@@ -182,7 +181,7 @@ class ReplayLogs:
     def __init__(self, recording: Recording, summariser: Summariser | None = None) -> None:
         self.recording = recording
         self.summariser = summariser or SimpleSummariser()
-        self._by_service: dict[str, list[LogRecord]] = defaultdict(list)
+        self._by_service: dict[str, list[RecordedLine]] = defaultdict(list)
         for rec in recording.logs:
             self._by_service[rec.service].append(rec)
 
