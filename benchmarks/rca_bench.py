@@ -30,7 +30,8 @@ published figure on the same data. With more than one strategy: the seeds' cost 
 per task, from the options used) beside the measured calls, and hybrid's tokens against tot's (the
 seeds claim about a quarter). Then the same without the recordings' ``signals:`` blocks (what a user
 who never mapped their metric names gets), a table of confidence against accuracy, and with
-``--ablate`` the AC@1 of hybrid with each localisation rule of opsagent/ranking.py switched off.
+``--ablate`` the AC@1 of hybrid with each localisation rule of opsagent/ranking.py switched off, and
+the incidents each rule decides (lost or gained with it off).
 """
 
 from __future__ import annotations
@@ -391,6 +392,17 @@ def slices(name: str, runs: Sequence[Run], key: Callable[[Run], str]) -> list[st
 SLICE_HEADER = f"{'set':<10} {'slice':<20} {'n':>4} {'AC@1':>6} {'AC@3':>6} {'kind':>6} {'conf':>5} {'right':>5}"
 
 
+def moved(before: Sequence[Run], after: Sequence[Run]) -> list[str]:
+    """The incidents whose AC@1 differs between two runs of the same cases, each marked - (lost in
+    ``after``) or + (gained), so an ablation says which cases a rule decides, not only how many."""
+    hits = {r.case.recording.slug: r.score.hit1 for r in after}
+    return [
+        ("+" if hits[r.case.recording.slug] else "-") + r.case.recording.slug
+        for r in before
+        if hits.get(r.case.recording.slug, r.score.hit1) != r.score.hit1
+    ]
+
+
 def calibration(runs: Sequence[Run]) -> list[str]:
     lines = [f"{'confidence':<12} {'n':>4} {'top suspect right':>18} {'root cause right':>17}"]
     for lo, hi in BINS:
@@ -492,12 +504,18 @@ async def main(args: argparse.Namespace) -> None:
                 kind = sum(r.score.kind_hit for r in runs) / len(runs) if runs else 0.0
                 return f"{ac(runs, 1):.2f}/{kind:.2f}"
 
-            base = [cell(await run_set(loaded[n], spec="hybrid", books=books)) for n in names]
-            print(f"{'(all rules on)':<22} " + " ".join(f"{c:>11}" for c in base))
+            base_runs = [await run_set(loaded[n], spec="hybrid", books=books) for n in names]
+            print(f"{'(all rules on)':<22} " + " ".join(f"{cell(r):>11}" for r in base_runs))
+            moved_by: dict[str, list[str]] = {}
             for rule in args.rules.split(",") if args.rules else ranking.RULES:
                 with ranking.without(rule):
-                    cells = [cell(await run_set(loaded[n], spec="hybrid", books=books)) for n in names]
-                print(f"{rule:<22} " + " ".join(f"{c:>11}" for c in cells), flush=True)
+                    runs = [await run_set(loaded[n], spec="hybrid", books=books) for n in names]
+                print(f"{rule:<22} " + " ".join(f"{cell(r):>11}" for r in runs), flush=True)
+                pairs = zip(base_runs, runs, strict=True)
+                moved_by[rule] = [m for before, after in pairs for m in moved(before, after)]
+            print("\nthe incidents each rule decides at AC@1 (-: lost with the rule off, +: gained):")
+            for rule, moved_here in moved_by.items():
+                print(f"{rule:<22} {' '.join(moved_here) or '-'}")
     print(
         f"\n{time.strftime('%Y-%m-%d')}, playbook reasoner, replay sources, one run each"
         + ("" if args.no_llm else "; llm: the LLM reasoner with the packaged scripted model (follow_hints)")
