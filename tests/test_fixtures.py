@@ -147,6 +147,17 @@ def test_a_log_line_whose_extra_fields_are_named_like_arguments_dumps_as_read(tm
     assert got.record().model_dump(mode="json", exclude_unset=True) == line
 
 
+def _loaded_and_kept(d: Path) -> tuple[Recording, int]:
+    """A recording loaded, and the bytes of memory it holds once loaded (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        recording, _ = load(d)
+        return recording, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_recordings_log_lines_are_held_in_a_few_hundred_bytes_each(tmp_path: Path) -> None:
     # a large recording holds hundreds of thousands of lines: as models, with a dict of fields each,
     # 20,000 short lines took about 470 bytes a line
@@ -156,13 +167,7 @@ def test_a_recordings_log_lines_are_held_in_a_few_hundred_bytes_each(tmp_path: P
         for i in range(20_000)
     ]
     d = _fixture(tmp_path, logs_jsonl="".join(json.dumps(x) + "\n" for x in lines))
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        recording, _ = load(d)
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    recording, kept = _loaded_and_kept(d)
     assert kept < 260 * len(lines)
     assert [(r.message, r.pod, r.ts.second) for r in recording.logs[::997]] == [
         (x["message"], "api-1", i // 100 % 60) for i, x in enumerate(lines) if i % 997 == 0
@@ -200,13 +205,7 @@ def test_metric_samples_load_as_two_float_columns_and_read_as_the_pairs_given(tm
     pairs = [(1_700_000_000.0 + 15 * i, i * 0.25) for i in range(20_000)]
     line = {"labels": {"__name__": "up", "service": "api"}, "samples": [[t, int(v) if v == 3 else v] for t, v in pairs]}
     d = _fixture(tmp_path, metrics_jsonl=json.dumps(line) + "\n")
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        recording, _ = load(d)
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    recording, kept = _loaded_and_kept(d)
     samples = recording.metrics[0].samples
     assert kept < 1_000_000
     assert samples == pairs and list(samples) == pairs and len(samples) == 20_000
