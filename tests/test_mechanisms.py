@@ -8,13 +8,24 @@ import asyncio
 import random
 import statistics
 import time
+import tracemalloc
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from opsagent import mechanisms, ranking
 from opsagent.analysis.gaps import call_gaps
-from opsagent.analysis.steps import StepLine, code_location, fall_z, step_lines, step_shortfalls
+from opsagent.analysis.steps import (
+    StepLine,
+    StepLines,
+    _runs,
+    code_location,
+    fall_z,
+    step_lines,
+    step_shortfalls,
+)
 from opsagent.fixtures import Edge, Span, load
 from opsagent.incident import open_incident
 from opsagent.models import (
@@ -585,6 +596,43 @@ def test_a_line_that_names_its_code_location_is_that_statement_whatever_values_i
     assert code_location("2009/11/10 23:00:00 main.go:23: listening") == "main.go:23"
     assert code_location("ERROR [OrderService.java:88] failed") == "OrderService.java:88"
     assert code_location("INFO checkout done for order #12 in 3.5 ms") is None
+
+
+def test_step_lines_read_as_the_lines_they_were_made_from_and_give_the_same_shortfalls() -> None:
+    spans, lines = _steps_incident()
+    columns = StepLines.of(lines)
+    assert len(columns) == len(lines) and list(columns) == lines
+    assert columns[7] == lines[7] and columns[-1] == lines[-1] and columns[2:5] == lines[2:5]
+    assert step_shortfalls(spans, columns, incident=_incident()) == step_shortfalls(spans, lines, incident=_incident())
+
+
+def test_step_lines_hold_a_few_numbers_a_line_not_an_object_a_line() -> None:
+    # A large recording has a step line for most of its log lines: held one object a line (and a float
+    # for its time), they were the largest thing a trace summary kept (77 bytes a line).
+    records = [
+        (1.0e9 + i, f"svc{i % 2}", f"span-{i % 3000}", "Loading rates from cache" if i % 3 else f"Price is {i} yuan")
+        for i in range(30_000)
+    ]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        steps = step_lines(records)
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(steps) == 30_000 and steps[4].span_id == "span-4" and steps[4].template == "Loading rates from cache"
+    assert kept / len(records) < 40
+
+
+def test_transitions_are_counted_alike_whether_packed_into_one_number_or_not() -> None:
+    rng = random.Random(7)
+    whose, step, following = (np.array([rng.randrange(k) for _ in range(2_000)]) for k in (9, 40, 40))
+    expected = sorted(
+        (*key, n) for key, n in Counter(zip(whose.tolist(), step.tolist(), following.tolist(), strict=True)).items()
+    )
+    assert _runs(whose, step, following, width=40) == expected
+    assert _runs(whose, step, following, width=40, packed_below=0) == expected  # ordered column by column
+    assert _runs(whose[:0], step[:0], following[:0], width=40) == []
 
 
 def test_a_step_that_no_longer_follows_its_predecessor_is_found_in_the_component_that_dropped_it() -> None:

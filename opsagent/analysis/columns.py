@@ -147,25 +147,25 @@ class SpanBatches:
         return SpanColumns(
             services=tuple(self._services),
             operations=tuple(self._operations),
-            service=_column(self._service, np.int64),
-            operation=_column(self._operation, np.int64),
-            start=_column(self._ns, np.int64) / 1e9 if self._ns is not None else _column(self._seconds, np.float64),
-            duration_us=_column(self._duration_us, np.float64),
-            error=_column(self._error, np.int8).astype(bool),
+            service=as_column(self._service, np.int64),
+            operation=as_column(self._operation, np.int64),
+            start=as_column(self._ns, np.int64) / 1e9 if self._ns is not None else as_column(self._seconds, np.float64),
+            duration_us=as_column(self._duration_us, np.float64),
+            error=as_column(self._error, np.int8).astype(bool),
             own=own,
             parent=parent,
             keys=keys,
             span_ids=tuple(self._ids),
-            span_id=_column(self._span_id, np.int64),
-            parent_id=_column(self._parent_id, np.int64),
+            span_id=as_column(self._span_id, np.int64),
+            parent_id=as_column(self._parent_id, np.int64),
         )
 
     def _pairs(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Each span's (trace, span id) and (trace, parent id) coded in the order they first appear (own
         before parent), -1 without a parent; and how many codes there are. Coded over the whole as
         numbers, ``trace * ids + id`` (below 2**63 while traces and ids are each below 3 billion)."""
-        trace = _column(self._trace, np.int64)
-        span_id, parent_id = _column(self._span_id, np.int64), _column(self._parent_id, np.int64)
+        trace = as_column(self._trace, np.int64)
+        span_id, parent_id = as_column(self._span_id, np.int64), as_column(self._parent_id, np.int64)
         pairs = np.empty(2 * len(trace), dtype=np.int64)
         pairs[0::2] = trace * len(self._ids) + span_id
         pairs[1::2] = np.where(parent_id >= 0, trace * len(self._ids) + parent_id, -1)
@@ -192,5 +192,6 @@ def _coded(table: dict[_Text, int], values: Sequence[_Text | None]) -> array[int
     return array("q", map(lookup.get, values, repeat(-1)))
 
 
-def _column(values: array[int] | array[float], dtype: type[np.generic]) -> np.ndarray:
+def as_column(values: array[int] | array[float], dtype: type[np.generic]) -> np.ndarray:
+    """An array built a value at a time as a numpy column, without a copy (its buffer shared)."""
     return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)

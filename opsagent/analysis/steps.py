@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from statistics import NormalDist
+from typing import overload
 
 import numpy as np
 
-from opsagent.analysis.columns import SpanColumns
+from opsagent.analysis.columns import SpanColumns, as_column
 from opsagent.fixtures import Span, unix
 from opsagent.logsummary.masking import Masker
 from opsagent.logsummary.mining import TemplateMiner
@@ -96,7 +99,90 @@ class StepLine:
     template: str
 
 
-def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]:
+class StepLines(Sequence[StepLine]):
+    """Step lines as columns: each line's time, and its component, span id and template coded as
+    numbers into the distinct texts. A large recording has a step line for most of its log lines, and
+    one object a line (with its time's float) was the largest thing the trace summary kept. A sequence
+    of :class:`StepLine` to every reader, made as it is read. Immutable."""
+
+    __slots__ = ("service", "services", "span_id", "span_ids", "template", "templates", "ts")
+
+    def __init__(
+        self,
+        *,
+        ts: np.ndarray,
+        services: Sequence[str],
+        service: np.ndarray,
+        span_ids: Sequence[str],
+        span_id: np.ndarray,
+        templates: Sequence[str],
+        template: np.ndarray,
+    ) -> None:
+        self.ts = ts  # float64, unix seconds
+        self.services = tuple(services)  # the distinct components; ``service[i]`` indexes them
+        self.service = service  # int32
+        self.span_ids = tuple(span_ids)  # the distinct span ids, in the order lines first name them
+        self.span_id = span_id  # int32
+        self.templates = tuple(templates)  # the distinct templates; ``template[i]`` indexes them
+        self.template = template  # int32
+        for column in (ts, service, span_id, template):
+            column.flags.writeable = False
+
+    @classmethod
+    def of(cls, lines: Iterable[StepLine]) -> StepLines:
+        """Step lines given one object a line, as columns (the same lines, in the same order)."""
+        if isinstance(lines, StepLines):
+            return lines
+        held = lines if isinstance(lines, Sequence) else list(lines)
+        services: dict[str, int] = {}
+        span_ids: dict[str, int] = {}
+        templates: dict[str, int] = {}
+        service = _codes((line.service for line in held), services, len(held))
+        span_id = _codes((line.span_id for line in held), span_ids, len(held))
+        template = _codes((line.template for line in held), templates, len(held))
+        return cls(
+            ts=np.fromiter((line.ts for line in held), dtype=np.float64, count=len(held)),
+            services=list(services),
+            service=service,
+            span_ids=list(span_ids),
+            span_id=span_id,
+            templates=list(templates),
+            template=template,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @overload
+    def __getitem__(self, index: int) -> StepLine: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[StepLine]: ...
+
+    def __getitem__(self, index: int | slice) -> StepLine | list[StepLine]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        return StepLine(
+            ts=float(self.ts[index]),
+            service=self.services[self.service[index]],
+            span_id=self.span_ids[self.span_id[index]],
+            template=self.templates[self.template[index]],
+        )
+
+    def __iter__(self) -> Iterator[StepLine]:
+        services, span_ids, templates = self.services, self.span_ids, self.templates
+        for ts, service, span_id, template in zip(
+            self.ts.tolist(), self.service.tolist(), self.span_id.tolist(), self.template.tolist(), strict=True
+        ):
+            yield StepLine(ts=ts, service=services[service], span_id=span_ids[span_id], template=templates[template])
+
+
+def _codes(texts: Iterable[str], table: dict[str, int], count: int) -> np.ndarray:
+    """Each text's code in ``table``, a new text given the next code (the order texts first appear)."""
+    return np.fromiter((table.setdefault(t, len(table)) for t in texts), dtype=np.int32, count=count)
+
+
+def step_lines(records: Iterable[tuple[float, str, str, str]]) -> StepLines:
     """Log lines ``(ts, service, span id, message)`` as steps. A line that names the code location of
     its statement (:func:`code_location`) is that statement, whatever values it prints: one step per
     location, labelled with the first such line's text (masked) and the location. Any other line is
@@ -128,39 +214,57 @@ def step_lines(records: Iterable[tuple[float, str, str, str]]) -> list[StepLine]
         return where or None
 
     miners: dict[str, TemplateMiner] = {}
-    located: dict[tuple[str, str], str] = {}  # (component, code location) -> its step's label
-    joined: list[tuple[float, str, str, int | str | None]] = []
-    for ts, service, span_id, message in records:
+    located: dict[tuple[str, str], int] = {}  # (component, code location) -> its step's template code
+    templates: dict[str, int] = {}  # a step's template -> its code
+    services: dict[str, int] = {}
+    span_ids: dict[str, int] = {}
+    ts, service_of, span_of = array("d"), array("i"), array("i")
+    # a line's step: its template's code, or for a mined line -2 less its template's index among its
+    # component's (known once every line is mined and siblings merged)
+    step_of = array("i")
+    other = templates.setdefault("(other)", len(templates))  # a mined line that joined no template
+    for t, service, span_id, message in records:
+        ts.append(t)
+        service_of.append(services.setdefault(service, len(services)))
+        span_of.append(span_ids.setdefault(span_id, len(span_ids)))
         where = location(message)
         if where is not None:
-            label = located.get((service, where))
-            if label is None:
-                label = located[(service, where)] = f"{' '.join(mask(message))} (at {where})"
-            joined.append((ts, service, span_id, label))
+            code = located.get((service, where))
+            if code is None:
+                label = f"{' '.join(mask(message))} (at {where})"
+                code = located[(service, where)] = templates.setdefault(label, len(templates))
+            step_of.append(code)
             continue
         miner = miners.get(service)
         if miner is None:
             miner = miners[service] = TemplateMiner(similarity=STATEMENT_SIMILARITY)
         template, _ = miner.add(mask(message))
-        joined.append((ts, service, span_id, template.index if template is not None else None))
-    texts: dict[str, list[str]] = {}
+        step_of.append(-2 - template.index if template is not None else other)
+    # each component's mined templates one after another: a mined line's template is found at its
+    # component's offset plus the template's index
+    offset = np.zeros(len(services), dtype=np.int64)
+    mined_texts: list[int] = []
     for service, miner in miners.items():
-        roots = miner.merged()
-        texts[service] = [miner.templates[r].text for r in roots]
-    return [
-        StepLine(
-            ts=ts,
-            service=service,
-            span_id=span_id,
-            template=step if isinstance(step, str) else texts[service][step] if step is not None else "(other)",
-        )
-        for ts, service, span_id, step in joined
-    ]
+        offset[services[service]] = len(mined_texts)
+        mined_texts.extend(templates.setdefault(miner.templates[r].text, len(templates)) for r in miner.merged())
+    line_service = as_column(service_of, np.int32)
+    line_template = as_column(step_of, np.int32).copy()
+    mined = np.flatnonzero(line_template <= -2)
+    line_template[mined] = np.array(mined_texts, dtype=np.int32)[offset[line_service[mined]] - 2 - line_template[mined]]
+    return StepLines(
+        ts=as_column(ts, np.float64),
+        services=list(services),
+        service=line_service,
+        span_ids=list(span_ids),
+        span_id=as_column(span_of, np.int32),
+        templates=list(templates),
+        template=line_template,
+    )
 
 
 def _transitions(
     spans: SpanColumns,
-    lines: Iterable[StepLine],
+    lines: StepLines,
     *,
     onset: float,
     window: tuple[float, float],
@@ -175,9 +279,8 @@ def _transitions(
     steps of its own. Spans, components and steps are coded as numbers, and the steps ordered and their
     pairs counted as arrays (numpy): a large recording has hundreds of thousands of spans and a few
     thousand distinct steps, and a list of step labels per span set the peak of its investigation. The
-    spans come as columns (:class:`~opsagent.analysis.spans.SpanColumns`), read once for every
-    analysis of them."""
-    ids = {span_id: code for code, span_id in enumerate(spans.span_ids)}  # span id -> its number
+    spans and the lines come as columns (:class:`~opsagent.analysis.columns.SpanColumns`, read once for
+    every analysis of them, and :class:`StepLines`)."""
     services = {service: code for code, service in enumerate(spans.services)}  # component -> its number
     labels: dict[str, int] = {}  # step label -> its number
     served = [labels.setdefault(f"serves {op}", len(labels)) for op in spans.operations]
@@ -190,69 +293,135 @@ def _transitions(
         labels.setdefault(f"calls {spans.services[c // n_ops]} {spans.operations[c % n_ops]}", len(labels))
         for c in callee.tolist()
     ]
-    held = lines if isinstance(lines, Sequence) else list(lines)
-    logs = {t: labels.setdefault(f"logs {t}", len(labels)) for t in dict.fromkeys(line.template for line in held)}
-    logged = np.fromiter((logs[line.template] for line in held), dtype=np.int32, count=len(held))
-    line_span = np.fromiter((ids.setdefault(line.span_id, len(ids)) for line in held), np.int64, len(held))
-    line_t = np.fromiter((line.ts for line in held), dtype=np.float64, count=len(held))
+    # the templates the lines log, numbered in the order they are first logged
+    used, first = np.unique(lines.template, return_index=True)
+    used = used[np.argsort(first, kind="stable")]
+    logs = np.zeros(len(lines.templates), dtype=np.int32)
+    logs[used] = [labels.setdefault(f"logs {lines.templates[t]}", len(labels)) for t in used.tolist()]
+    logged = logs[lines.template]
+    del used, first, logs
+    # A span is numbered by its span id's code in the spans' columns; a span id that lines name and no
+    # span has gets the next number, in the order the lines first name it. The lines' few distinct span
+    # ids are looked up among the spans', rather than every span's id among a table of them all.
+    named = {span_id: code for code, span_id in enumerate(lines.span_ids)}  # a line's span id -> its code
+    found = np.fromiter(map(named.get, spans.span_ids, repeat(-1)), dtype=np.int64, count=len(spans.span_ids))
+    del named
+    spanned = np.flatnonzero(found >= 0)
+    number = np.full(len(lines.span_ids), -1, dtype=np.int64)
+    number[found[spanned]] = spanned
+    del found, spanned
+    alone = np.flatnonzero(number < 0)
+    number[alone] = len(spans.span_ids) + np.arange(len(alone))
+    n_spans = len(spans.span_ids) + len(alone)
+    line_span = number[lines.span_id]
+    del number, alone
     # by span number: its component's number (-1 for a span known only as a parent) and when it began;
     # a span id given twice is owned by its last span, one that no span has by its first line
-    last = spans.last_of(spans.span_id, len(ids))
+    last = spans.last_of(spans.span_id, n_spans)
     owned = np.flatnonzero(last >= 0)
-    owner = np.full(len(ids), -1, dtype=np.int64)
-    began = np.zeros(len(ids), dtype=np.float64)
+    owner = np.full(n_spans, -1, dtype=np.int64)
+    began = np.zeros(n_spans, dtype=np.float64)
     owner[owned], began[owned] = spans.service[last[owned]], spans.start[last[owned]]
     codes, first = np.unique(line_span, return_index=True)
     unowned = owner[codes] < 0
     codes, first = codes[unowned], first[unowned]
-    owner[codes] = [services.setdefault(held[i].service, len(services)) for i in first.tolist()]
-    began[codes] = line_t[first]
-    del last, owned, codes, first, unowned
-    ev_span = np.concatenate((spans.span_id, spans.parent_id[child], line_span))
-    ev_t = np.concatenate((spans.start, spans.start[child], line_t))
-    ev_kind = np.concatenate(
-        (np.zeros(len(spans), dtype=np.int8), np.full(len(child), 2, dtype=np.int8), np.ones(len(held), dtype=np.int8))
-    )
-    ev_label = np.concatenate((serves, np.array(calls, dtype=np.int32)[called].reshape(-1), logged))
-    del served, serves, child, callee, called, line_span, line_t, logged
-    end = labels.setdefault(END, len(labels))
-    if not ids:
-        return Counter()
-    texts = list(labels)
-    # a span's steps in the order of (time, kind, label), as the tuples (t, kind, label) sort
-    rank = np.empty(len(texts), dtype=np.int32)
-    rank[sorted(range(len(texts)), key=texts.__getitem__)] = np.arange(len(texts))
-    order = np.lexsort((rank[ev_label], ev_kind, ev_t, ev_span))
-    span, label = ev_span[order], ev_label[order]
-    del order, ev_t, ev_kind, ev_span, ev_label
-    following = np.empty_like(label)
-    following[:-1] = label[1:]
-    last = np.ones(len(span), dtype=bool)
-    last[:-1] = span[1:] != span[:-1]
-    following[last] = end
+    line_services = lines.service[first].tolist()
+    owner[codes] = [services.setdefault(lines.services[s], len(services)) for s in line_services]
+    began[codes] = lines.ts[first]
+    del last, owned, codes, first, unowned, line_services
     # each span's period (0 after, 1 baseline, 2 before onset) and component as one number; -1 for a
     # span in no period, or a parent outside the recording
-    component, start = owner, began
-    period = np.full(len(ids), -1, dtype=np.int64)
+    period = np.full(n_spans, -1, dtype=np.int64)
     (w0, w1), (b0, b1) = window, baseline
-    period[(w0 <= start) & (start < onset)] = 2
-    period[(b0 <= start) & (start < b1)] = 1
-    period[(onset <= start) & (start < w1)] = 0
-    whose = np.where((period < 0) | (component < 0), -1, period * len(services) + component)[span]
-    counted = whose >= 0
-    # each (step, next step) as one number; equal (whose, pair) side by side, counted where they change
-    whose, pair = whose[counted], label[counted].astype(np.int64) * len(texts) + following[counted]
-    order = np.lexsort((pair, whose))
-    whose, pair = whose[order], pair[order]
-    starts = np.flatnonzero((np.diff(whose, prepend=-1) != 0) | (np.diff(pair, prepend=-1) != 0))
-    counts = np.diff(starts, append=len(whose))
+    period[(w0 <= began) & (began < onset)] = 2
+    period[(b0 <= began) & (began < b1)] = 1
+    period[(onset <= began) & (began < w1)] = 0
+    whose_span = np.where((period < 0) | (owner < 0), -1, period * len(services) + owner).astype(np.int32)
+    del period, owner, began
+    end = labels.setdefault(END, len(labels))
+    if not n_spans:
+        return Counter()
+    texts = list(labels)
+    # a span's steps in the order of (time, kind, label), as the tuples (t, kind, label) sort: the kind
+    # (0 serves, 1 logs, 2 calls) and the label's rank among the labels' texts as one number
+    by_rank = np.array(sorted(range(len(texts)), key=texts.__getitem__), dtype=np.int32)
+    rank = np.empty(len(texts), dtype=np.int32)
+    rank[by_rank] = np.arange(len(texts), dtype=np.int32)
+    stride = len(texts)  # a kind's ranks begin at the kind times the number of labels
+    ev_step = np.concatenate(
+        (
+            rank[serves],
+            rank[np.array(calls, dtype=np.int32)[called].reshape(-1)] + 2 * stride,
+            rank[logged] + stride,
+        )
+    )
+    del served, serves, callee, called, logged
+    # int32: a recording of fewer than two billion span ids
+    ev_span = np.concatenate((spans.span_id, spans.parent_id[child], line_span)).astype(np.int32)
+    ev_t = np.concatenate((spans.start, spans.start[child], lines.ts))
+    del child, line_span
+    order = np.lexsort((ev_step, ev_t, ev_span))
+    del ev_t
+    span = ev_span[order]
+    del ev_span
+    label = by_rank[ev_step[order] % stride]
+    del order, ev_step
+    following = np.empty_like(label)
+    following[:-1] = label[1:]
+    last_step = np.ones(len(span), dtype=bool)
+    last_step[:-1] = span[1:] != span[:-1]
+    following[last_step] = end
+    del last_step
+    whose = whose_span[span]
+    del span, whose_span
+    counted = np.flatnonzero(whose >= 0)
     names = ("after", "baseline", "pre")
     component_names = list(services)
     counted_pairs: Counter[tuple[str, str, str, str]] = Counter()
-    for w, p, n in zip(whose[starts].tolist(), pair[starts].tolist(), counts.tolist(), strict=True):
-        (period_code, component_code), (a, b) = divmod(w, len(services)), divmod(p, len(texts))
+    for w, a, b, n in _runs(whose[counted], label[counted], following[counted], width=len(texts)):
+        period_code, component_code = divmod(w, len(services))
         counted_pairs[(names[period_code], component_names[component_code], texts[a], texts[b])] = n
     return counted_pairs
+
+
+#: The largest number an int64 holds, plus one.
+INT64_END = 2**63
+
+
+def _runs(
+    whose: np.ndarray, step: np.ndarray, following: np.ndarray, *, width: int, packed_below: int = INT64_END
+) -> list[tuple[int, int, int, int]]:
+    """Each distinct ``(whose, step, following)`` in ascending order, with how many times it occurs;
+    ``step`` and ``following`` are below ``width``, every value is >= 0.
+
+    Packed as one number ``(whose * width + step) * width + following`` where the largest fits below
+    ``packed_below`` (an int64: always, but for millions of distinct steps), sorted in place: one
+    array of eight bytes an event. Else ordered by the three columns (a sort and a copy of each)."""
+    if not len(whose):
+        return []
+    if (int(whose.max()) + 1) * width * width <= packed_below:
+        key = whose.astype(np.int64)
+        key *= width
+        key += step
+        key *= width
+        key += following
+        key.sort()
+        starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        counts = np.diff(starts, append=len(key))
+        head, nxt = np.divmod(key[starts], width)
+        w, a = np.divmod(head, width)
+        columns: tuple[np.ndarray, ...] = (w, a, nxt)
+    else:
+        order = np.lexsort((following, step, whose))
+        columns = (whose[order], step[order], following[order])
+        changed = np.zeros(len(order), dtype=bool)
+        changed[0] = True
+        for column in columns:
+            changed[1:] |= column[1:] != column[:-1]
+        starts = np.flatnonzero(changed)
+        counts = np.diff(starts, append=len(order))
+        columns = tuple(c[starts] for c in columns)
+    return list(zip(*(c.tolist() for c in columns), counts.tolist(), strict=True))
 
 
 def _client_calls(spans: SpanColumns) -> dict[str, set[str]]:
@@ -376,7 +545,7 @@ def step_shortfalls(
     }
     seen: dict[str, dict[str, Counter[str]]] = {p: defaultdict(Counter) for p in ("baseline", "pre", "after")}
     columns = spans if isinstance(spans, SpanColumns) else SpanColumns.read(spans)
-    counted = _transitions(columns, lines, onset=onset, window=(w0, w1), baseline=(b0, b1))
+    counted = _transitions(columns, StepLines.of(lines), onset=onset, window=(w0, w1), baseline=(b0, b1))
     client = _client_calls(columns)
     for (period, service, a, b), n in counted.items():
         pairs[period][service][(a, b)] += n

@@ -32,7 +32,7 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import SpanTimes, span_times, trace_edges, trace_summary
-from opsagent.analysis.steps import StepLine, step_lines, step_shortfalls
+from opsagent.analysis.steps import StepLines, step_lines, step_shortfalls
 from opsagent.analysis.versions import caller_names, compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
@@ -229,7 +229,7 @@ class ReplayTraces:
         return self._edges
 
     @cached_property
-    def _step_lines(self) -> list[StepLine]:
+    def _step_lines(self) -> StepLines:
         """The recording's log lines that name their span (or trace), as steps of that span."""
 
         def named() -> Iterator[tuple[float, str, str, str]]:  # one line at a time: never a list of them
