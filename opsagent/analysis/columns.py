@@ -125,12 +125,12 @@ class SpanBatches:
         ids: list[str | None] = [None] * (2 * len(span_id))
         ids[0::2] = span_id
         ids[1::2] = [p or None for p in parent_id]
-        coded = _coded(self._ids, ids)
-        self._span_id.extend(coded[0::2])
-        self._parent_id.extend(coded[1::2])
-        self._trace.extend(_coded(self._traces, trace_id))
-        self._service.extend(_coded(self._services, service))
-        self._operation.extend(_coded(self._operations, operation))
+        id_codes = coded(self._ids, ids)
+        self._span_id.extend(id_codes[0::2])
+        self._parent_id.extend(id_codes[1::2])
+        self._trace.extend(coded(self._traces, trace_id))
+        self._service.extend(coded(self._services, service))
+        self._operation.extend(coded(self._operations, operation))
         self._duration_us.extend(array("d", duration_us))
         self._error.extend(array("b", error))
         if self._ns is not None:
@@ -181,7 +181,7 @@ class SpanBatches:
 _Text = TypeVar("_Text", bound=Hashable)
 
 
-def _coded(table: dict[_Text, int], values: Sequence[_Text | None]) -> array[int]:
+def coded(table: dict[_Text, int], values: Sequence[_Text | None]) -> array[int]:
     """Each value's code in ``table``, new values given the next codes in the order they first appear;
     ``None`` is -1 and gets no code."""
     new: list[Any] = list(filterfalse(table.__contains__, dict.fromkeys(values)))

@@ -28,7 +28,7 @@ from typing import overload
 
 import numpy as np
 
-from opsagent.analysis.columns import SpanColumns, as_column
+from opsagent.analysis.columns import SpanColumns, as_column, coded
 from opsagent.fixtures import Span, unix
 from opsagent.logsummary.masking import Masker
 from opsagent.logsummary.mining import TemplateMiner
@@ -137,9 +137,9 @@ class StepLines(Sequence[StepLine]):
         services: dict[str, int] = {}
         span_ids: dict[str, int] = {}
         templates: dict[str, int] = {}
-        service = _codes((line.service for line in held), services, len(held))
-        span_id = _codes((line.span_id for line in held), span_ids, len(held))
-        template = _codes((line.template for line in held), templates, len(held))
+        service = as_column(coded(services, [line.service for line in held]), np.int64).astype(np.int32)
+        span_id = as_column(coded(span_ids, [line.span_id for line in held]), np.int64).astype(np.int32)
+        template = as_column(coded(templates, [line.template for line in held]), np.int64).astype(np.int32)
         return cls(
             ts=np.fromiter((line.ts for line in held), dtype=np.float64, count=len(held)),
             services=list(services),
@@ -161,7 +161,7 @@ class StepLines(Sequence[StepLine]):
 
     def __getitem__(self, index: int | slice) -> StepLine | list[StepLine]:
         if isinstance(index, slice):
-            return list(self)[index]
+            return [self[i] for i in range(*index.indices(len(self)))]
         return StepLine(
             ts=float(self.ts[index]),
             service=self.services[self.service[index]],
@@ -175,11 +175,6 @@ class StepLines(Sequence[StepLine]):
             self.ts.tolist(), self.service.tolist(), self.span_id.tolist(), self.template.tolist(), strict=True
         ):
             yield StepLine(ts=ts, service=services[service], span_id=span_ids[span_id], template=templates[template])
-
-
-def _codes(texts: Iterable[str], table: dict[str, int], count: int) -> np.ndarray:
-    """Each text's code in ``table``, a new text given the next code (the order texts first appear)."""
-    return np.fromiter((table.setdefault(t, len(table)) for t in texts), dtype=np.int32, count=count)
 
 
 def step_lines(records: Iterable[tuple[float, str, str, str]]) -> StepLines:
