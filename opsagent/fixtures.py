@@ -188,13 +188,17 @@ class Samples(Sequence[tuple[float, float]]):
         self._pairs = array
 
     @classmethod
-    def of_columns(cls, times: np.ndarray, values: np.ndarray) -> Samples:
-        """Samples from a column of times and one of values, of one length (copied)."""
+    def _holding(cls, array: np.ndarray) -> Samples:
+        """Samples holding ``array`` (float64, two columns) as it is, made read-only."""
         out = cls.__new__(cls)
-        array = np.column_stack((times, values)).astype(np.float64, copy=False).reshape(-1, 2)
         array.flags.writeable = False
         out._pairs = array
         return out
+
+    @classmethod
+    def of_columns(cls, times: np.ndarray, values: np.ndarray) -> Samples:
+        """Samples from a column of times and one of values, of one length (copied)."""
+        return cls._holding(np.column_stack((times, values)).astype(np.float64, copy=False).reshape(-1, 2))
 
     @property
     def times(self) -> np.ndarray:
@@ -208,8 +212,7 @@ class Samples(Sequence[tuple[float, float]]):
 
     def pairs(self) -> list[tuple[float, float]]:
         """The samples as a list of ``(unix_s, value)`` tuples."""
-        flat = iter(self._pairs.ravel().tolist())
-        return list(zip(flat, flat, strict=False))
+        return list(self)
 
     def __iter__(self) -> Iterator[tuple[float, float]]:
         flat = iter(self._pairs.ravel().tolist())  # floats made at once in C, paired by zip
@@ -226,9 +229,7 @@ class Samples(Sequence[tuple[float, float]]):
 
     def __getitem__(self, index: int | slice) -> tuple[float, float] | Samples:
         if isinstance(index, slice):
-            out = Samples.__new__(Samples)
-            out._pairs = self._pairs[index]
-            return out
+            return Samples._holding(self._pairs[index])
         t, v = self._pairs[index].tolist()
         return (t, v)
 
