@@ -1,5 +1,5 @@
 """Start-up: ``opsagent --help`` imports typer and nothing of the engine; investigating or replaying a
-recording imports neither SciPy nor the live adapters. Each case runs in a fresh interpreter (this
+recording imports neither SciPy nor the live adapters, and with the playbook reasoner no LLM client. Each case runs in a fresh interpreter (this
 test process has imported everything already) and reads that interpreter's ``sys.modules``."""
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ LIVE_ONLY = (
     "adapters.elasticsearch.reader",
     "adapters.kubernetes.reader",
 )
+
+#: What only the LLM reasoner needs: its HTTP client and retries. The playbook reasoner (the default)
+#: investigates without them.
+LLM_ONLY = ("httpx", "tenacity", "opsagent.llm.client", "opsagent.llm.reasoner")
 
 PROBE = """
 import json, sys
@@ -75,6 +79,7 @@ def test_a_recording_is_investigated_without_the_live_adapters(args: tuple[str, 
     modules = modules_after(*args)
     assert "opsagent.pipeline" in modules  # it did investigate
     assert loaded(modules, LIVE_ONLY) == []
+    assert loaded(modules, LLM_ONLY) == []
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -42,7 +42,6 @@ from opsagent.cli.options import (
 from opsagent.errors import AlertError, ConfigError, Problem, UserError
 from opsagent.feedback import keep_investigation
 from opsagent.fixtures import load, not_utf8
-from opsagent.llm.cli import build_reasoner, print_prompts
 from opsagent.models import Alert, Lesson, Report
 from opsagent.packaged import demo_incident
 from opsagent.pipeline import investigate
@@ -235,6 +234,8 @@ def investigate_cmd(
     report = remember(memory, report) if memory is not None else unwritten(report)
     written = emit(report, as_json=as_json, markdown=markdown)
     if show_prompts:
+        from opsagent.llm.cli import print_prompts  # the LLM client and httpx only where a model is asked
+
         print_prompts(report, err if as_json else out)
     line = model_summary(report)
     if line is not None and as_json:  # the terminal report shows it; beside JSON, stderr does
@@ -290,6 +291,8 @@ def choose_reasoner(
             raise ConfigError("--model and --base-url need --reasoner llm")
         return PlaybookReasoner(books)
     if name == "llm":
+        from opsagent.llm.cli import build_reasoner  # the LLM client and httpx only where a model is asked
+
         return build_reasoner(config, books, model=model, base_url=base_url)
     raise ConfigError(f"unknown reasoner {name!r}; choose playbook or llm")
 
