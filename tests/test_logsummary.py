@@ -669,6 +669,46 @@ def test_the_one_pass_search_of_a_shape_finds_every_hint_a_substring_test_finds(
         assert found == expected, text
 
 
+def test_a_messages_numeric_families_found_through_its_shape_are_its_families() -> None:
+    # a shape's numeric families (5xx, ratelimit, tls) are sure, maybe (checked on each message) or
+    # absent; in an ASCII shape without a family's words only the branches naming digits are searched
+    # (429, x509, "502 "): whatever the message, the families found through its shape are its own
+    import random
+
+    from opsagent.logsummary.families import _HINTS
+    from opsagent.redaction import redact
+
+    fragments = [*{h for hints in _HINTS.values() for h in hints}, "429", "x509", "4290", "503 ", "_", "-", " "]
+    fragments += ["1", "0", "5", "9", "x", "STATUS=", "Quota", "a", "\n", "=", "/", "é"]
+    rng = random.Random(24)
+    messages = ["status 429 quota", "x509 4291 rate limit", "HTTP 503 ", "a429 b", "429", "code=504 ssl"]
+    messages += ["".join(rng.choice(fragments) for _ in range(rng.randint(1, 9))) for _ in range(20_000)]
+    summariser = LogSummariser()
+    for message in messages:
+        redacted = redact(message, summariser._redaction)[0]  # families are the redacted message's
+        assert sorted(summariser.parse(message).families) == sorted(families_of(redacted)), message
+
+
+def test_a_shapes_digit_branches_match_where_its_family_pattern_does_without_the_familys_words() -> None:
+    import random
+
+    from opsagent.logsummary.families import _DIGIT_FREE_HINTS, _SHAPE_DIGIT_BRANCHES, _SHAPE_PATTERNS, shape_of
+
+    fragments = ["000", "0", "00", "x", "X", "_", " ", "a", "-", ".", "=", "status", "rate", "limit", "ssl", "\n"]
+    rng = random.Random(7)
+    shapes = [shape_of("".join(rng.choice(fragments) for _ in range(rng.randint(1, 10)))) for _ in range(20_000)]
+    matched = 0
+    for shape in shapes:
+        lower = shape.lower()
+        for name, branches in _SHAPE_DIGIT_BRANCHES.items():
+            if any(h in lower for h in _DIGIT_FREE_HINTS[name]):
+                continue
+            expected = _SHAPE_PATTERNS[name].search(shape) is not None
+            matched += expected
+            assert (branches.search(shape) is not None) == expected, (name, shape)
+    assert matched > 1000
+
+
 def test_the_parsed_message_cache_stays_within_its_bound_and_changes_no_summary() -> None:
     # more distinct messages than the bound, of a few shapes, summarised twice by one summariser (as a
     # replay summarises the same lines once per scope): the cache is cleared and filled again
