@@ -235,6 +235,7 @@ def test_a_messages_digits_do_not_change_its_masks_or_families() -> None:
         "x509 expired",
         "pod web-7f9c4 OOMKilled",
         "0x1f at 1x2",
+        "pod-\u0663 ready at v\u0662 after 7 tries",  # digits a shape keeps (ARABIC-INDIC THREE, TWO)
     ]:
         parsed = summariser.parse(message)
         assert parsed.key == Masker().tokens(message)[0]
@@ -707,6 +708,55 @@ def test_a_shapes_digit_branches_match_where_its_family_pattern_does_without_the
             matched += expected
             assert (branches.search(shape) is not None) == expected, (name, shape)
     assert matched > 1000
+
+
+def test_a_message_a_redactor_could_mask_gets_exactly_what_the_whole_chain_gives() -> None:
+    # a shape redaction's gate does not pass runs only the redactors whose words it holds; when one
+    # of them masks something the whole chain runs: the result is always the chain's own
+    import random
+
+    from opsagent.logsummary.families import shape_of
+    from opsagent.redaction import redact
+
+    fragments = ["password=", "hunter2hunter2", "token", " is ", "abc123def456", "Bearer ", "A" * 20, "key", "=", " "]
+    fragments += [
+        "api_key: ",
+        "secret",
+        "AKIA" + "B" * 16,
+        "eyJhbGciOi.eyJzdWIiOi.sig",
+        "://u:p@h",
+        "cookie: x",
+        "ya29.",
+    ]
+    fragments += ["0", "7", "[REDACTED", "x-api-key:", "pwd", "Authorization: ", "SharedAccessKey=", "9" * 20]
+    rng = random.Random(11)
+    messages = ["".join(rng.choice(fragments) for _ in range(rng.randint(1, 7))) for _ in range(5_000)]
+    summariser = LogSummariser()
+    changed = 0
+    for message in messages:
+        expected = redact(message, summariser._redaction)[0]
+        changed += expected != message
+        assert summariser._redacted(message, summariser._steps(shape_of(message))) == expected, message
+    assert 500 < changed < 4_500  # both outcomes are exercised
+
+
+def test_a_message_the_redaction_gate_stops_runs_only_the_redactors_whose_words_it_holds() -> None:
+    from opsagent.redaction import HINTS
+
+    ran: list[str] = []
+
+    def redactor(name: str, word: str) -> object:
+        def step(text: str) -> tuple[str, int]:
+            ran.append(name)
+            return text, 0
+
+        setattr(step, HINTS, (word,))
+        return step
+
+    chain = [redactor("keys", "key"), redactor("cookies", "cookie"), redactor("tokens", "token")]
+    lines = [Line(at(61), "api", "INFO", f"keyring {n} unlocked") for n in range(20)]
+    LogSummariser(redaction=chain).summarise(lines, baseline=BASELINE, window=WINDOW, service=None)  # type: ignore[arg-type]
+    assert ran and set(ran) == {"keys"}
 
 
 def test_the_parsed_message_cache_stays_within_its_bound_and_changes_no_summary() -> None:
