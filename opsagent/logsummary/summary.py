@@ -350,7 +350,9 @@ class LogSummariser:
             kid = self._key_id(key)
         families = known.families
         if known.maybe:
-            families = tuple(resolve([*families, *numeric_families(message, known.maybe)]))
+            found = numeric_families(message, known.maybe)
+            if found:  # the shape's families are resolved already
+                families = tuple(resolve([*families, *found]))
         return _new(_Parsed, (key, kid, shape_kid, tuple(raw), families, known.oddities))
 
     def _steps(self, shape: str) -> tuple[Redactor, ...]:
