@@ -268,11 +268,6 @@ def gate_words(chain: Sequence[Redactor]) -> frozenset[str] | None:
     return frozenset(words)
 
 
-def any_word(words: frozenset[str]) -> re.Pattern[str]:
-    """The search for any of ``words`` that :func:`redact`'s gate runs (written once per set)."""
-    return _gate_of(words)
-
-
 @lru_cache(maxsize=64)
 def _gate_of(words: frozenset[str]) -> re.Pattern[str]:
     """The search for any of ``words``, written once per set of words: every door builds its chain

@@ -235,6 +235,7 @@ def test_a_messages_digits_do_not_change_its_masks_or_families() -> None:
         "x509 expired",
         "pod web-7f9c4 OOMKilled",
         "0x1f at 1x2",
+        "pod-\u0663 ready at v\u0662 after 7 tries",  # digits a shape keeps (ARABIC-INDIC THREE, TWO)
     ]:
         parsed = summariser.parse(message)
         assert parsed.key == Masker().tokens(message)[0]
@@ -667,6 +668,95 @@ def test_the_one_pass_search_of_a_shape_finds_every_hint_a_substring_test_finds(
         expected = {i for i, hint in enumerate(hints) if hint in lower}
         found = {i for i, _, _ in _SHAPE_HINT_SEARCH.find_matches_as_indexes(lower, overlapping=True)}
         assert found == expected, text
+
+
+def test_a_messages_numeric_families_found_through_its_shape_are_its_families() -> None:
+    # a shape's numeric families (5xx, ratelimit, tls) are sure, maybe (checked on each message) or
+    # absent; in an ASCII shape without a family's words only the branches naming digits are searched
+    # (429, x509, "502 "): whatever the message, the families found through its shape are its own
+    import random
+
+    from opsagent.logsummary.families import _HINTS
+    from opsagent.redaction import redact
+
+    fragments = [*{h for hints in _HINTS.values() for h in hints}, "429", "x509", "4290", "503 ", "_", "-", " "]
+    fragments += ["1", "0", "5", "9", "x", "STATUS=", "Quota", "a", "\n", "=", "/", "é"]
+    rng = random.Random(24)
+    messages = ["status 429 quota", "x509 4291 rate limit", "HTTP 503 ", "a429 b", "429", "code=504 ssl"]
+    messages += ["".join(rng.choice(fragments) for _ in range(rng.randint(1, 9))) for _ in range(20_000)]
+    summariser = LogSummariser()
+    for message in messages:
+        redacted = redact(message, summariser._redaction)[0]  # families are the redacted message's
+        assert sorted(summariser.parse(message).families) == sorted(families_of(redacted)), message
+
+
+def test_a_shapes_digit_branches_match_where_its_family_pattern_does_without_the_familys_words() -> None:
+    import random
+
+    from opsagent.logsummary.families import _DIGIT_FREE_HINTS, _SHAPE_DIGIT_BRANCHES, _SHAPE_PATTERNS, shape_of
+
+    fragments = ["000", "0", "00", "x", "X", "_", " ", "a", "-", ".", "=", "status", "rate", "limit", "ssl", "\n"]
+    rng = random.Random(7)
+    shapes = [shape_of("".join(rng.choice(fragments) for _ in range(rng.randint(1, 10)))) for _ in range(20_000)]
+    matched = 0
+    for shape in shapes:
+        lower = shape.lower()
+        for name, branches in _SHAPE_DIGIT_BRANCHES.items():
+            if any(h in lower for h in _DIGIT_FREE_HINTS[name]):
+                continue
+            expected = _SHAPE_PATTERNS[name].search(shape) is not None
+            matched += expected
+            assert (branches.search(shape) is not None) == expected, (name, shape)
+    assert matched > 1000
+
+
+def test_a_message_a_redactor_could_mask_gets_exactly_what_the_whole_chain_gives() -> None:
+    # a shape redaction's gate does not pass runs only the redactors whose words it holds; when one
+    # of them masks something the whole chain runs: the result is always the chain's own
+    import random
+
+    from opsagent.logsummary.families import shape_of
+    from opsagent.redaction import redact
+
+    fragments = ["password=", "hunter2hunter2", "token", " is ", "abc123def456", "Bearer ", "A" * 20, "key", "=", " "]
+    fragments += [
+        "api_key: ",
+        "secret",
+        "AKIA" + "B" * 16,
+        "eyJhbGciOi.eyJzdWIiOi.sig",
+        "://u:p@h",
+        "cookie: x",
+        "ya29.",
+    ]
+    fragments += ["0", "7", "[REDACTED", "x-api-key:", "pwd", "Authorization: ", "SharedAccessKey=", "9" * 20]
+    rng = random.Random(11)
+    messages = ["".join(rng.choice(fragments) for _ in range(rng.randint(1, 7))) for _ in range(5_000)]
+    summariser = LogSummariser()
+    changed = 0
+    for message in messages:
+        expected = redact(message, summariser._redaction)[0]
+        changed += expected != message
+        assert summariser._redacted(message, summariser._steps(shape_of(message))) == expected, message
+    assert 500 < changed < 4_500  # both outcomes are exercised
+
+
+def test_a_message_the_redaction_gate_stops_runs_only_the_redactors_whose_words_it_holds() -> None:
+    from opsagent.redaction import HINTS
+
+    ran: list[str] = []
+
+    def redactor(name: str, word: str) -> object:
+        def step(text: str) -> tuple[str, int]:
+            ran.append(name)
+            return text, 0
+
+        setattr(step, HINTS, (word,))
+        return step
+
+    chain = [redactor("keys", "key"), redactor("cookies", "cookie"), redactor("tokens", "token")]
+    lines = [Line(at(61), "api", "INFO", f"keyring {n} unlocked") for n in range(20)]
+    LogSummariser(redaction=chain).summarise(lines, baseline=BASELINE, window=WINDOW, service=None)  # type: ignore[arg-type]
+    assert ran and set(ran) == {"keys"}
 
 
 def test_the_parsed_message_cache_stays_within_its_bound_and_changes_no_summary() -> None:

@@ -20,13 +20,15 @@ from datetime import datetime, timedelta
 from itertools import count, islice
 from typing import NamedTuple, Protocol, TypeVar
 
+from ahocorasick_rs import AhoCorasick
+
 from opsagent.logsummary.families import SHAPE, families_of_shape, numeric_families, resolve, shape_of
 from opsagent.logsummary.levels import SEVERITY, UNKNOWN, normalise_level
 from opsagent.logsummary.lines import LineParser
 from opsagent.logsummary.masking import MAX_LINE, Masker, is_masked
 from opsagent.logsummary.mining import WILDCARD, Template, TemplateMiner, combined
 from opsagent.models import LogsData, LogTemplate, TimeRange
-from opsagent.redaction import Redactor, any_word, gate_words, redact, redactors
+from opsagent.redaction import HINTS, Redactor, gate_words, redact, redactors
 
 #: Distinct values tracked per variable position of a template; later ones are not listed.
 MAX_VALUES = 32
@@ -75,6 +77,7 @@ class _Shape(NamedTuple):
     families: tuple[str, ...]  # the families that do not depend on digits, resolved
     maybe: tuple[str, ...]  # numeric families to check on each message
     clean: bool  # every message of this shape passes redaction unchanged (see LogSummariser._clean)
+    redactors: tuple[Redactor, ...]  # when not clean: the redactors whose words the shape holds (see _steps)
     oddities: tuple[str, ...]  # the same for every message of the shape: none depends on a digit
     plain: bool  # clean, and nothing above depends on the message's own digits: its key is the shape's
 
@@ -86,7 +89,8 @@ def _verbatim(key: tuple[str, ...], raw_shape: tuple[str, ...]) -> tuple[tuple[i
     for i, (t, r) in enumerate(zip(key, raw_shape, strict=True)):
         if t.isalpha():
             continue
-        if _DIGIT.search(t):
+        # a shape writes every ASCII digit 0: one substring test, not a search (other digits, ٣, are kept)
+        if "0" in t if t.isascii() else _DIGIT.search(t):
             digits.append(i)
         elif "0x" in r or "0X" in r:
             hexes.append(i)
@@ -225,7 +229,16 @@ class LogSummariser:
         #: the message's shape, so a shape the search finds nothing in holds messages that the chain
         #: passes unchanged: they skip redaction (most distinct lines of a stream share a shape).
         words = gate_words(self._redaction)
-        self._clean = None if words is None else any_word(frozenset(w.translate(SHAPE) for w in words))
+        #: (the words searched at once by Aho-Corasick, as the shapes' keyword hints are: on nezha's
+        #: long lines a fifth of the time of the regular expression that redaction's own gate runs)
+        shaped = None if words is None or "" in words else sorted({w.translate(SHAPE) for w in words})
+        self._clean = None if shaped is None else AhoCorasick(shaped)
+        #: each redactor with its words as a shape writes them (see _steps); None if one names none
+        self._steps_words = (
+            None
+            if words is None
+            else [(step, tuple(w.translate(SHAPE) for w in getattr(step, HINTS))) for step in self._redaction]
+        )
         self._masker = Masker(cache_size=cache_size)
         self._parsed: dict[str, _Parsed] = {}
         self._shapes: dict[str, _Shape] = {}
@@ -312,7 +325,7 @@ class LogSummariser:
         # one search of the gate a shape, instead of the chain's own gate a message
         clean = known.clean if known is not None else self._is_clean(shape)
         if not clean:
-            redacted = redact(message, self._redaction)[0]
+            redacted = self._redacted(message, known.redactors if known is not None else self._steps(shape))
             if redacted != message:
                 message, shape = redacted, shape_of(redacted)
                 known = self._shapes.get(shape)
@@ -337,12 +350,33 @@ class LogSummariser:
             kid = self._key_id(key)
         families = known.families
         if known.maybe:
-            families = tuple(resolve([*families, *numeric_families(message, known.maybe)]))
+            found = numeric_families(message, known.maybe)
+            if found:  # the shape's families are resolved already
+                families = tuple(resolve([*families, *found]))
         return _new(_Parsed, (key, kid, shape_kid, tuple(raw), families, known.oddities))
+
+    def _steps(self, shape: str) -> tuple[Redactor, ...]:
+        """The redactors that may change a message of ``shape``: those whose words (as a shape writes
+        them) the shape holds. A redactor holding none of its words returns the text as it was."""
+        if self._steps_words is None:
+            return tuple(self._redaction)
+        lower = shape.lower()
+        return tuple(step for step, words in self._steps_words if any(w in lower for w in words))
+
+    def _redacted(self, message: str, steps: tuple[Redactor, ...]) -> str:
+        """``redact(message, chain)``: the chain's other redactors leave this message as it is, so when
+        ``steps`` (see :meth:`_steps`) leave it too, so does the chain; when one masks something, the
+        whole chain runs (a mask may hold another redactor's word). A message of a shape that redaction's
+        gate does not pass went through every redactor of the chain: 20 us each on loghub's lines."""
+        for step in steps:
+            text, n = step(message)
+            if n or text != message:
+                return redact(message, self._redaction)[0]
+        return message
 
     def _is_clean(self, shape: str) -> bool:
         """Whether redaction's gate passes every message of ``shape`` (see ``_clean``)."""
-        return self._clean is not None and self._clean.search(shape.lower()) is None
+        return self._clean is not None and not self._clean.find_matches_as_indexes(shape.lower())
 
     def _shape(self, shape: str, tokens: int, *, clean: bool) -> _Shape:
         """What every message of ``shape`` has in common (remembered); ``tokens``: how many
@@ -370,6 +404,7 @@ class LogSummariser:
             families=names(families, families),
             maybe=names(numeric, numeric),
             clean=clean,
+            redactors=() if clean else self._steps(shape),
             oddities=oddities,
             plain=clean and groups is None and not verbatim and not hexes and not maybe,
         )
