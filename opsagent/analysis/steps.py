@@ -22,7 +22,6 @@ from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from statistics import NormalDist
 from typing import overload
 
@@ -298,13 +297,7 @@ def _transitions(
     # A span is numbered by its span id's code in the spans' columns; a span id that lines name and no
     # span has gets the next number, in the order the lines first name it. The lines' few distinct span
     # ids are looked up among the spans', rather than every span's id among a table of them all.
-    named = {span_id: code for code, span_id in enumerate(lines.span_ids)}  # a line's span id -> its code
-    found = np.fromiter(map(named.get, spans.span_ids, repeat(-1)), dtype=np.int64, count=len(spans.span_ids))
-    del named
-    spanned = np.flatnonzero(found >= 0)
-    number = np.full(len(lines.span_ids), -1, dtype=np.int64)
-    number[found[spanned]] = spanned
-    del found, spanned
+    number = spans.span_ids.codes(lines.span_ids)
     alone = np.flatnonzero(number < 0)
     number[alone] = len(spans.span_ids) + np.arange(len(alone))
     n_spans = len(spans.span_ids) + len(alone)
