@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
-from itertools import chain, islice, repeat
+from functools import cache
+from itertools import chain, compress, islice, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, get_args, overload
@@ -30,6 +32,7 @@ from pydantic import (
     GetCoreSchemaHandler,
     PlainSerializer,
     SkipValidation,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -502,6 +505,14 @@ def _open_lines(path: Path) -> Iterator[bytes]:
         yield from fh
 
 
+def _open_batches(path: Path) -> Iterator[list[bytes]]:
+    """Lines as bytes (see :func:`_open_lines`), BATCH at a time, read from the file in C."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        while batch := list(islice(fh, BATCH)):
+            yield batch
+
+
 def telemetry_file(directory: Path, name: str) -> Path | None:
     for candidate in (directory / f"{name}.jsonl", directory / f"{name}.jsonl.gz"):
         if candidate.exists():
@@ -527,9 +538,75 @@ def _read_records(path: Path, model: type[BaseModel], problems: list[Problem], u
 
 
 def _read_logs(path: Path, problems: list[Problem]) -> list[RecordedLine]:
-    """A logs file as the lines a recording holds: each line validated as a :class:`LogRecord` (with the
-    same problems as :func:`stream`), kept as a :class:`RecordedLine`."""
-    return list(map(RecordedLine.of, _records(path, LogRecord, problems, None, share_extras=True)))
+    """A logs file as the lines a recording holds, each as the :class:`LogRecord` it validates as would
+    give it (with the same problems as :func:`stream`), kept as a :class:`RecordedLine`.
+
+    Validating a line as a model, then keeping its fields as a tuple, cost three times what parsing its
+    JSON does. So each line is parsed, and a batch of parsed lines whose every field has the plain form
+    (a JSON object; a time, service, level and message given as texts; a trace id and pod as texts or
+    null) is checked a field at a time, its times validated as one list, and kept as read; a batch
+    holding any other line (a time as a number, a bad line) is validated a line at a time."""
+    shared = _Shared(extras=True)
+    out: list[RecordedLine] = []
+    first = 1  # the line number of the batch's first line
+    try:
+        for raws in _open_batches(path):
+            try:  # bytes as read: JSON is UTF-8, and a line that is not fails here, to be named below
+                records = [from_json(raw, cache_strings=True) for raw in raws]
+            except ValueError:
+                records = []
+            plain = _plain_lines(records, shared) if len(records) == len(raws) else None
+            if plain is None:
+                numbered = _text_lines(path, raws, first, problems)
+                plain = list(map(RecordedLine.of, _validated(path, LogRecord, numbered, problems, None, shared)))
+            out.extend(plain)
+            first += len(raws)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        problems.append(Problem(str(path), f"cannot read: {exc}"))
+    return out
+
+
+#: A log record's fields given as texts: in the plain form, every line gives them (its time too).
+_LOG_TEXTS = ("ts", "service", "level", "message")
+#: A log record's fields that may be given as a text, as null or not at all.
+_LOG_OPTIONAL = ("trace_id", "pod")
+
+
+@cache
+def _times() -> TypeAdapter[list[datetime]]:
+    """Log records' times, validated a list at a time as :attr:`LogRecord.ts` is (the same type: the same
+    times, refused alike)."""
+    return TypeAdapter(list[AwareDatetime])
+
+
+def _plain_lines(records: list[Any], shared: _Shared) -> list[RecordedLine] | None:
+    """A batch of parsed lines as the lines a recording holds, if every record is a JSON object whose
+    log fields have the plain form (see :func:`_read_logs`); else None. Checked a field at a time over
+    the batch, in loops that run in C, but for a record's extra fields."""
+    if not records or set(map(type, records)) != {dict}:
+        return None
+    fields = {name: list(map(dict.get, records, repeat(name))) for name in _LOG_FIELDS}
+    if any(set(map(type, fields[name])) != {str} for name in _LOG_TEXTS):
+        return None
+    if any(not set(map(type, fields[name])) <= {str, type(None)} for name in _LOG_OPTIONAL):
+        return None
+    try:
+        times = _times().validate_python(fields["ts"])
+    except ValidationError:
+        return None
+    layouts = list(map(tuple, records))  # each line's keys, in order: a batch has one or a few
+    kinds = {layout: shared.layout(layout) for layout in dict.fromkeys(layouts)}
+    given = [kinds[layout][0] for layout in layouts]
+    extras: list[dict[str, Any] | None] = [None] * len(records)
+    for layout, (_, names) in kinds.items():
+        if names and len(kinds) == 1:
+            extras[:] = shared.extras_of(names, records)
+        elif names:
+            at = [i for i, keys in enumerate(layouts) if keys == layout]
+            for i, extra in zip(at, shared.extras_of(names, [records[i] for i in at]), strict=True):
+                extras[i] = extra
+    own = (fields[name] for name in _LOG_FIELDS[1:])
+    return list(map(_new_tuple, repeat(RecordedLine), zip(times, *own, extras, given, strict=True)))
 
 
 def read_spans(path: Path) -> SpanColumns:
@@ -550,10 +627,9 @@ def _read_spans(path: Path, problems: list[Problem]) -> SpanColumns:
     a span's own (pod, attributes) are validated, not kept: no trace analysis reads them, and
     :func:`stream` yields whole spans where they are wanted."""
     batches = SpanBatches()
-    lines = _open_lines(path)
     first = 1  # the line number of the batch's first line
     try:
-        while raws := list(islice(lines, BATCH)):
+        for raws in _open_batches(path):
             try:  # bytes as read: JSON is UTF-8, and a line that is not fails here, to be named below
                 records = [from_json(raw, cache_strings=True) for raw in raws]
             except ValueError:
@@ -686,47 +762,123 @@ def _records(
 ) -> Iterator[Any]:
     """Each valid record of the file as its line is read; each invalid line's problems to ``problems``.
     ``share_extras``: for records the caller keeps (a stream keeps none, and holds no table for them)."""
-    first_line: dict[Any, int] = {}
-    # pydantic gives every instance a set of the fields it was given (about 700 bytes, half of a
-    # span's memory); records of a frozen model never change it, so those that set the same fields
-    # share one set
-    shared: dict[frozenset[str], set[str]] | None = {} if model.model_config.get("frozen") else None
-    # likewise the dict of fields beyond the model's own (184 bytes even for one field): a span's pod
-    # is one of a few, so records whose extra fields hold the same texts share one dict
-    extras: dict[tuple[tuple[str, Any], ...], dict[str, Any]] | None = {} if share_extras else None
-    validate_json = model.__pydantic_validator__.validate_json  # model_validate_json without its wrapper
     try:
-        for lineno, _, line in _text_lines(path, _open_lines(path), 1, problems):
-            try:
-                record = validate_json(line)
-            except ValidationError as exc:
-                problems.extend(_invalid(path, exc, lineno))
-                continue
-            key = getattr(record, unique) if unique else None
-            if key is not None and key in first_line:
-                again = f"duplicate {unique} {key!r} (also on line {first_line[key]})"
-                problems.append(Problem(str(path), again, line=lineno, field=unique))
-                continue
-            if key is not None:
-                first_line[key] = lineno
-            if shared is not None:
-                given = record.__pydantic_fields_set__
-                object.__setattr__(record, "__pydantic_fields_set__", shared.setdefault(frozenset(given), given))
-                extra = record.__pydantic_extra__
-                if extra and extras is not None:
-                    try:
-                        held = tuple(extra.items())
-                        same = extras.get(held)
-                    except TypeError:  # a list or an object among them: kept as read
-                        same = None
-                    else:
-                        if same is None and len(extras) < MAX_SHARED_EXTRAS and _texts(extra):
-                            extras[held] = extra
-                    if same is not None:  # equal to texts and nulls only, so the same values
-                        object.__setattr__(record, "__pydantic_extra__", same)
-            yield record
+        yield from _validated(
+            path,
+            model,
+            _text_lines(path, _open_lines(path), 1, problems),
+            problems,
+            unique,
+            _Shared(extras=share_extras) if model.model_config.get("frozen") else None,
+        )
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
+
+
+def _validated(
+    path: Path,
+    model: type[BaseModel],
+    lines: Iterable[tuple[int, bytes, str]],
+    problems: list[Problem],
+    unique: str | None,
+    shared: _Shared | None,
+) -> Iterator[Any]:
+    """Each of ``lines`` (numbered, as read and as text) validated as a ``model`` record; each invalid
+    line's problems to ``problems``. ``shared``: for records of a frozen model the caller keeps."""
+    first_line: dict[Any, int] = {}
+    validate_json = model.__pydantic_validator__.validate_json  # model_validate_json without its wrapper
+    for lineno, _, line in lines:
+        try:
+            record = validate_json(line)
+        except ValidationError as exc:
+            problems.extend(_invalid(path, exc, lineno))
+            continue
+        key = getattr(record, unique) if unique else None
+        if key is not None and key in first_line:
+            again = f"duplicate {unique} {key!r} (also on line {first_line[key]})"
+            problems.append(Problem(str(path), again, line=lineno, field=unique))
+            continue
+        if key is not None:
+            first_line[key] = lineno
+        if shared is not None:
+            object.__setattr__(record, "__pydantic_fields_set__", shared.given(record.__pydantic_fields_set__))
+            extra = record.__pydantic_extra__
+            if extra:
+                object.__setattr__(record, "__pydantic_extra__", shared.extra(extra))
+        yield record
+
+
+class _Shared:
+    """What the records a caller keeps share when equal.
+
+    pydantic gives every instance a set of the fields it was given (about 700 bytes, half of a span's
+    memory); records of a frozen model never change it, so those that set the same fields share one
+    set. Likewise the dict of fields beyond the model's own (184 bytes even for one field): a log
+    line's pod or span id is one of a few, so records whose extra fields hold the same texts share
+    one dict (``extras``; a stream keeps no records, and holds no table for them)."""
+
+    def __init__(self, *, extras: bool) -> None:
+        self._given: dict[frozenset[str], set[str]] = {}
+        # the field names of extra fields -> their values (the value alone for one field: no tuple a
+        # record to look it up) -> the dict shared; None where extra fields are kept as read
+        self._extras: dict[tuple[str, ...], dict[Any, dict[str, Any]]] | None = {} if extras else None
+        self._held = 0  # how many dicts the table holds
+        # a parsed log line's keys, in order -> the set of fields it gave, shared, and its extra fields' names
+        self._layouts: dict[tuple[str, ...], tuple[set[str], tuple[str, ...]]] = {}
+
+    def given(self, fields: set[str]) -> set[str]:
+        """The set of given fields shared by records that gave ``fields``."""
+        return self._given.setdefault(frozenset(fields), fields)
+
+    def layout(self, keys: tuple[str, ...]) -> tuple[set[str], tuple[str, ...]]:
+        """A log line given ``keys`` (in order): the set of fields it gave, shared, and the names of its
+        extra fields."""
+        known = self._layouts.get(keys)
+        if known is None:
+            extra = tuple(k for k in keys if k not in _LOG_FIELDS)
+            known = self._layouts[keys] = (self.given(set(keys)), extra)
+        return known
+
+    def extras_of(self, names: tuple[str, ...], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The extra fields ``names`` of parsed records that have only those, each as :meth:`extra`
+        would give it; one text or null field (a line's span id) is looked up a batch at a time."""
+        table = self._extras.setdefault(names, {}) if self._extras is not None else None
+        if table is not None and len(names) == 1:
+            name = names[0]
+            values = list(map(dict.__getitem__, records, repeat(name)))
+            if set(map(type, values)) <= {str, type(None)}:
+                found: list[dict[str, Any] | None] = list(map(table.get, values))
+                missing = list(dict.fromkeys(compress(values, map(operator.is_, found, repeat(None)))))
+                if missing:  # each new value's dict made once, while the table has room
+                    held = missing[: max(MAX_SHARED_EXTRAS - self._held, 0)]
+                    table.update(zip(held, [{name: value} for value in held], strict=True))
+                    self._held += len(held)
+                    found = list(map(table.get, values))
+                    for i in compress(range(len(found)), map(operator.is_, found, repeat(None))):
+                        found[i] = {name: values[i]}  # past the table's room: kept as read
+                return found  # type: ignore[return-value]  # every one found or made
+        return [self.extra({name: record[name] for name in names}) for record in records]
+
+    def extra(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The dict of extra fields shared by records whose extra fields hold the same texts as
+        ``extra`` (``extra`` itself where none did before, or where it holds other values)."""
+        if self._extras is None:
+            return extra
+        table = self._extras.get(tuple(extra))
+        if table is None:
+            table = self._extras[tuple(extra)] = {}
+        values = tuple(extra.values())
+        key = values[0] if len(values) == 1 else values
+        try:
+            same = table.get(key)
+        except TypeError:  # a list or an object among them: kept as read
+            return extra
+        if same is not None:  # equal to texts and nulls only, so the same values
+            return same
+        if self._held < MAX_SHARED_EXTRAS and _texts(extra):
+            table[key] = extra
+            self._held += 1
+        return extra
 
 
 #: How many different extra-field dicts one file's records share at most: past it, a new one is kept

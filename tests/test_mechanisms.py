@@ -23,6 +23,7 @@ from opsagent.analysis.steps import (
     _runs,
     code_location,
     fall_z,
+    step_columns,
     step_lines,
     step_shortfalls,
 )
@@ -596,6 +597,41 @@ def test_a_line_that_names_its_code_location_is_that_statement_whatever_values_i
     assert code_location("2009/11/10 23:00:00 main.go:23: listening") == "main.go:23"
     assert code_location("ERROR [OrderService.java:88] failed") == "OrderService.java:88"
     assert code_location("INFO checkout done for order #12 in 3.5 ms") is None
+
+
+def test_steps_are_numbered_in_the_order_lines_first_take_them_located_and_mined_alike() -> None:
+    # located lines are labelled once a (component, location), mined lines one at a time in order: the
+    # steps are numbered as the lines first take them, and a label two components print is one step
+    rows = [
+        (0.0, "b", "s0", "10:00:00 INFO a.Pay#20 paid order 17"),
+        (1.0, "a", "s1", "connection reset by peer after 3 tries"),
+        (2.0, "a", "s1", "10:00:02 INFO a.Cart#10 cart has 2 items"),
+        (3.0, "b", "s2", "10:00:03 INFO a.Pay#20 paid order 18"),
+        (4.0, "a", "s3", "10:00:04 INFO a.Pay#20 paid order 19"),
+        (5.0, "b", "s2", "starting worker pool of 8"),
+        (6.0, "a", "s4", "connection reset by peer after 5 tries"),
+    ]
+    steps = step_lines(rows)
+    paid = "<TIME> INFO a.Pay#<NUM> paid order <NUM> (at a.Pay#20)"
+    cart = "<TIME> INFO a.Cart#<NUM> cart has <NUM> items (at a.Cart#10)"
+    assert steps.templates[:3] == ("(other)", paid, cart)
+    assert [s.template for s in steps] == [
+        paid,
+        "connection reset by peer after <NUM> tries",
+        cart,
+        paid,
+        paid,
+        "starting worker pool of <NUM>",
+        "connection reset by peer after <NUM> tries",
+    ]
+    columns = step_columns(
+        ts=np.array([r[0] for r in rows]),
+        service=[r[1] for r in rows],
+        span_id=[r[2] for r in rows],
+        message=[r[3] for r in rows],
+    )
+    assert list(columns) == list(steps) and columns.templates == steps.templates
+    assert len(step_columns(ts=np.zeros(0), service=[], span_id=[], message=[])) == 0
 
 
 def test_step_lines_read_as_the_lines_they_were_made_from_and_give_the_same_shortfalls() -> None:

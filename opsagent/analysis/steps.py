@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import math
 import re
-from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from statistics import NormalDist
 from typing import overload
 
@@ -178,80 +176,103 @@ class StepLines(Sequence[StepLine]):
 
 
 def step_lines(records: Iterable[tuple[float, str, str, str]]) -> StepLines:
-    """Log lines ``(ts, service, span id, message)`` as steps. A line that names the code location of
-    its statement (:func:`code_location`) is that statement, whatever values it prints: one step per
-    location, labelled with the first such line's text (masked) and the location. Any other line is
-    the template it joins among its component's lines (mined Drain-style, so a statement that prints a
-    varying value is one step, not one per value; a statement that prints many varying values can
-    split, which a printed location avoids)."""
+    """Log lines ``(ts, service, span id, message)`` as steps (see :func:`step_columns`)."""
+    listed = records if isinstance(records, list) else list(records)
+    return step_columns(
+        ts=np.fromiter((r[0] for r in listed), dtype=np.float64, count=len(listed)),
+        service=[r[1] for r in listed],
+        span_id=[r[2] for r in listed],
+        message=[r[3] for r in listed],
+    )
+
+
+#: A line that names no code location: each such line is mined, in order.
+_MINED = -1
+
+
+def step_columns(
+    *, ts: np.ndarray, service: Sequence[str], span_id: Sequence[str], message: Sequence[str]
+) -> StepLines:
+    """Log lines given as columns (each line's time in unix seconds, component, span id and text) as
+    steps. A line that names the code location of its statement (:func:`code_location`) is that
+    statement, whatever values it prints: one step per location, labelled with the first such line's
+    text (masked) and the location. Any other line is the template it joins among its component's
+    lines (mined Drain-style, so a statement that prints a varying value is one step, not one per
+    value; a statement that prints many varying values can split, which a printed location avoids).
+
+    A statement prints the same text again and again (every request that takes the step), and a located
+    line's step depends on its component and location alone: each distinct text is searched for its
+    location once, and each (component, location) labelled once, in the order lines first give them
+    (so steps are numbered as reading one line at a time numbers them); only lines without a location
+    are read one at a time, in order, by their component's miner."""
     masker = Masker()
-    # A statement prints the same text again and again (every request that takes the step); masking
-    # is a function of the text alone, so each distinct text is masked once (a bounded memo).
+    # masking is a function of the text alone, so each distinct text is masked once (a bounded memo)
     masked: dict[str, tuple[str, ...]] = {}
 
-    def mask(message: str) -> tuple[str, ...]:
-        tokens = masked.get(message)
+    def mask(text: str) -> tuple[str, ...]:
+        tokens = masked.get(text)
         if tokens is None:
             if len(masked) >= masker.cache_size:
                 masked.clear()
-            tokens = masked[message] = masker.tokens(message)[0]
+            tokens = masked[text] = masker.tokens(text)[0]
         return tokens
 
-    # likewise the code location a text names (a search of its prefix): each distinct text once
-    locations: dict[str, str] = {}  # "" for none: a location is never empty
-
-    def location(message: str) -> str | None:
-        where = locations.get(message)
-        if where is None:
-            if len(locations) >= masker.cache_size:
-                locations.clear()
-            where = locations[message] = code_location(message) or ""
-        return where or None
-
-    miners: dict[str, TemplateMiner] = {}
-    located: dict[tuple[str, str], int] = {}  # (component, code location) -> its step's template code
-    templates: dict[str, int] = {}  # a step's template -> its code
     services: dict[str, int] = {}
     span_ids: dict[str, int] = {}
-    ts, service_of, span_of = array("d"), array("i"), array("i")
+    texts: dict[str, int] = {}
+    line_service = as_column(coded(services, service), np.int64)
+    line_span = as_column(coded(span_ids, span_id), np.int64).astype(np.int32)
+    line_text = as_column(coded(texts, message), np.int64)
+    # the code location each distinct text names (-1 for none), looked for once a text
+    locations: dict[str, int] = {}
+    where_of = [code_location(text) for text in texts]
+    text_where = np.array(
+        [-1 if w is None else locations.setdefault(w, len(locations)) for w in where_of], dtype=np.int64
+    )
+    del where_of
+    line_where = text_where[line_text] if len(line_text) else line_text
+    del line_text, text_where
+    templates: dict[str, int] = {}  # a step's template -> its code
+    other = templates.setdefault("(other)", len(templates))  # a mined line that joined no template
+    # a located line's step: one per (component, location), labelled with the first such line's text,
+    # numbered in the order lines first give them
+    located = np.flatnonzero(line_where >= 0)
+    width = max(len(locations), 1)
+    keys, first, inverse = np.unique(
+        line_service[located] * width + line_where[located], return_index=True, return_inverse=True
+    )
+    where_names = list(locations)
+    key_step = np.empty(len(keys), dtype=np.int32)
+    for k in np.argsort(first, kind="stable").tolist():
+        label = f"{' '.join(mask(message[located[first[k]]]))} (at {where_names[keys[k] % width]})"
+        key_step[k] = templates.setdefault(label, len(templates))
     # a line's step: its template's code, or for a mined line -2 less its template's index among its
     # component's (known once every line is mined and siblings merged)
-    step_of = array("i")
-    other = templates.setdefault("(other)", len(templates))  # a mined line that joined no template
-    for t, service, span_id, message in records:
-        ts.append(t)
-        service_of.append(services.setdefault(service, len(services)))
-        span_of.append(span_ids.setdefault(span_id, len(span_ids)))
-        where = location(message)
-        if where is not None:
-            code = located.get((service, where))
-            if code is None:
-                label = f"{' '.join(mask(message))} (at {where})"
-                code = located[(service, where)] = templates.setdefault(label, len(templates))
-            step_of.append(code)
-            continue
-        miner = miners.get(service)
+    line_template = np.full(len(line_where), _MINED, dtype=np.int32)
+    line_template[located] = key_step[inverse.reshape(-1)]
+    del line_where, located, keys, first, inverse, key_step
+    miners: dict[str, TemplateMiner] = {}
+    for i in np.flatnonzero(line_template == _MINED).tolist():
+        miner = miners.get(service[i])
         if miner is None:
-            miner = miners[service] = TemplateMiner(similarity=STATEMENT_SIMILARITY)
-        template, _ = miner.add(mask(message))
-        step_of.append(-2 - template.index if template is not None else other)
+            miner = miners[service[i]] = TemplateMiner(similarity=STATEMENT_SIMILARITY)
+        template, _ = miner.add(mask(message[i]))
+        line_template[i] = -2 - template.index if template is not None else other
     # each component's mined templates one after another: a mined line's template is found at its
     # component's offset plus the template's index
     offset = np.zeros(len(services), dtype=np.int64)
     mined_texts: list[int] = []
-    for service, miner in miners.items():
-        offset[services[service]] = len(mined_texts)
+    for name, miner in miners.items():
+        offset[services[name]] = len(mined_texts)
         mined_texts.extend(templates.setdefault(miner.templates[r].text, len(templates)) for r in miner.merged())
-    line_service = as_column(service_of, np.int32)
-    line_template = as_column(step_of, np.int32).copy()
     mined = np.flatnonzero(line_template <= -2)
     line_template[mined] = np.array(mined_texts, dtype=np.int32)[offset[line_service[mined]] - 2 - line_template[mined]]
     return StepLines(
-        ts=as_column(ts, np.float64),
+        ts=np.asarray(ts, dtype=np.float64),
         services=list(services),
-        service=line_service,
+        service=line_service.astype(np.int32),
         span_ids=list(span_ids),
-        span_id=as_column(span_of, np.int32),
+        span_id=line_span,
         templates=list(templates),
         template=line_template,
     )
@@ -298,17 +319,11 @@ def _transitions(
     # A span is numbered by its span id's code in the spans' columns; a span id that lines name and no
     # span has gets the next number, in the order the lines first name it. The lines' few distinct span
     # ids are looked up among the spans', rather than every span's id among a table of them all.
-    named = {span_id: code for code, span_id in enumerate(lines.span_ids)}  # a line's span id -> its code
-    found = np.fromiter(map(named.get, spans.span_ids, repeat(-1)), dtype=np.int64, count=len(spans.span_ids))
-    del named
-    spanned = np.flatnonzero(found >= 0)
-    number = np.full(len(lines.span_ids), -1, dtype=np.int64)
-    number[found[spanned]] = spanned
-    del found, spanned
+    number = spans.span_ids.codes(lines.span_ids)
     alone = np.flatnonzero(number < 0)
     number[alone] = len(spans.span_ids) + np.arange(len(alone))
     n_spans = len(spans.span_ids) + len(alone)
-    line_span = number[lines.span_id]
+    line_span = number[lines.span_id].astype(np.int32)  # as the events' span column below
     del number, alone
     # by span number: its component's number (-1 for a span known only as a parent) and when it began;
     # a span id given twice is owned by its last span, one that no span has by its first line
@@ -359,7 +374,9 @@ def _transitions(
     del ev_t
     span = ev_span[order]
     del ev_span
-    label = by_rank[ev_step[order] % stride]
+    label = ev_step[order]
+    label %= stride
+    label = by_rank[label]
     del order, ev_step
     following = np.empty_like(label)
     following[:-1] = label[1:]

@@ -8,10 +8,14 @@ The computations are the engine's (:mod:`opsagent.analysis`), shared with the li
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterator
+from datetime import datetime
 from functools import cached_property
-from typing import Literal
+from itertools import compress, repeat
+from typing import Literal, cast
+
+import numpy as np
 
 from opsagent.analysis.changes import change_records
 from opsagent.analysis.columns import SpanColumns
@@ -32,7 +36,7 @@ from opsagent.analysis.series import (
     signal_stats,
 )
 from opsagent.analysis.spans import SpanTimes, span_times, trace_edges, trace_summary
-from opsagent.analysis.steps import StepLines, step_lines, step_shortfalls
+from opsagent.analysis.steps import StepLines, step_columns, step_shortfalls
 from opsagent.analysis.versions import caller_names, compare_versions, pod_of
 from opsagent.catalog import SignalCatalog
 from opsagent.errors import QueryRejected
@@ -205,6 +209,12 @@ class ReplayChanges:
         return change_records(self.recording.changes, incident=incident, service=service, before_min=before_min)
 
 
+#: A recorded log line's fields (a :class:`~opsagent.fixtures.RecordedLine`, or a log record), read by name.
+_TS, _SERVICE, _MESSAGE, _TRACE_ID, _EXTRA = map(
+    operator.attrgetter, ("ts", "service", "message", "trace_id", "model_extra")
+)
+
+
 class ReplayTraces:
     name = "traces:replay"
 
@@ -232,14 +242,20 @@ class ReplayTraces:
     def _step_lines(self) -> StepLines:
         """The recording's log lines that name their span (or trace), as steps of that span."""
 
-        def named() -> Iterator[tuple[float, str, str, str]]:  # one line at a time: never a list of them
-            for r in self.recording.logs:
-                span_id = (r.model_extra or {}).get("span_id")
-                key = str(span_id) if span_id else (f"{r.trace_id}/{r.service}" if r.trace_id else None)
-                if key is not None:
-                    yield r.ts.timestamp(), r.service, key, r.message
-
-        return step_lines(named())
+        logs = self.recording.logs
+        # a line's span: its span id, else its trace and component; a line naming neither is no step
+        spans = [
+            str(extra["span_id"]) if extra and extra.get("span_id") else (f"{trace}/{name}" if trace else None)
+            for extra, trace, name in zip(map(_EXTRA, logs), map(_TRACE_ID, logs), map(_SERVICE, logs), strict=True)
+        ]
+        named = list(map(operator.is_not, spans, repeat(None)))
+        lines = list(compress(logs, named))
+        return step_columns(
+            ts=np.fromiter(map(datetime.timestamp, map(_TS, lines)), dtype=np.float64, count=len(lines)),
+            service=list(map(_SERVICE, lines)),
+            span_id=cast(list[str], list(compress(spans, named))),  # those named
+            message=list(map(_MESSAGE, lines)),
+        )
 
     async def summary(self, *, incident: Incident, service: str | None) -> TracesData:
         data = trace_summary(self._spans, self._edges, incident=incident, service=service)
