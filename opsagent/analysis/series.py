@@ -445,12 +445,12 @@ def peer_noise(
     floor = floor_of[of]
     ratios = (np.maximum(batch.jumps_to, 0.0) + floor) / (np.maximum(batch.jumps_from, 0.0) + floor)
     jumps = np.abs(np.fromiter(map(math.log, ratios.tolist()), dtype=np.float64, count=len(ratios)))
-    order = np.lexsort((jumps, of))
+    order = np.argsort(of, kind="stable")  # by metric, then each metric's sorted (lexsort takes longer)
     jumps, bounds = jumps[order], np.searchsorted(of[order], np.arange(len(numbers) + 1))
     out: dict[tuple[str, str | None], PeerNoise] = {}
     for key, runs in runs_of.items():
         number = numbers[key]
-        batched = jumps[bounds[number] : bounds[number + 1]]
+        batched = np.sort(jumps[bounds[number] : bounds[number + 1]])
         low = float(floor_of[number])
         # each level floored once, not once for each of the two jumps it takes part in
         more = [abs(math.log(b / a)) for run in runs for a, b in pairwise([max(v, 0.0) + low for v in run])]
