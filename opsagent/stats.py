@@ -409,18 +409,20 @@ def _row_figures(
             recent = np.where(np.any(recent, axis=1)[:, None], recent, before & (t < onset))
         n_base, n_recent = base.sum(axis=1), recent.sum(axis=1)
         n_pool = n_base + n_recent
-        pool = _take(v, np.argsort(np.where(base, 0, np.where(recent, 1, 2)), axis=1, kind="stable"))
-        base_median = _medians(np.sort(np.where(col < n_base[:, None], pool, np.inf), axis=1), n_base)
-        pool_median = _medians(np.sort(np.where(col < n_pool[:, None], pool, np.inf), axis=1), n_pool)
-        recent_only = _take(pool, np.minimum(n_base[:, None] + col, len(col) - 1))
-        recent_median = _medians(np.sort(np.where(col < n_recent[:, None], recent_only, np.inf), axis=1), n_recent)
+        # the pool in its order (the baseline's, then this period's), for the spread's ties and sums;
+        # medians need no order, only the samples (int8 keys: a stable sort of small integers is a radix sort)
+        which = np.where(base, 0, np.where(recent, 1, 2)).astype(np.int8)
+        pool = _take(v, np.argsort(which, axis=1, kind="stable"))
+        base_median = _medians(np.sort(np.where(base, v, np.inf), axis=1), n_base)
+        pool_median = _medians(np.sort(np.where(which < 2, v, np.inf), axis=1), n_pool)
+        recent_median = _medians(np.sort(np.where(recent, v, np.inf), axis=1), n_recent)
         # robust_spread of the baseline where it has enough samples, else of the whole pool
         own = n_base >= MIN_BASELINE
         spread = _spreads(pool, np.where(own, n_base, n_pool), np.where(own, base_median, pool_median))
         # the window: between(onset, end), its largest sample and the means of its halves
         inside = valid & (onset <= t) & (t < end)
         n_win = inside.sum(axis=1)
-        win = np.sort(np.where(col < n_win[:, None], _first(inside, v), np.inf), axis=1)
+        win = np.sort(np.where(inside, v, np.inf), axis=1)
         win_max = _take(win, np.maximum(n_win - 1, 0)[:, None])[:, 0]
         half = np.maximum(1, n_win // 2)
         kept = col < half[:, None]
@@ -428,7 +430,8 @@ def _row_figures(
         upper = _take(win, np.minimum(np.maximum(n_win - half, 0)[:, None] + col, len(col) - 1))
         high = _added(np.where(kept, upper, 0.0)) / half
         points = valid & ~base if detached else valid  # this_period where the baseline is another one
-        change = _change_points(_first(points, t), _first(points, v), points.sum(axis=1), onset, end)
+        first = np.argsort(~points, axis=1, kind="stable")  # those points first, in their order
+        change = _change_points(_take(t, first), _take(v, first), points.sum(axis=1), onset, end)
     figures = []
     for row in zip(
         n_base.tolist(),
@@ -496,11 +499,6 @@ def _reference(
 
 def _take(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.take_along_axis(rows, at, axis=1)
-
-
-def _first(mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Each row's entries where ``mask`` holds, first and in their order; then the others."""
-    return _take(rows, np.argsort(~mask, axis=1, kind="stable"))
 
 
 def _added(rows: np.ndarray) -> np.ndarray:
