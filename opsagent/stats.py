@@ -7,6 +7,7 @@ where there is too little data to say, they say ``None`` rather than guess.
 from __future__ import annotations
 
 import math
+import mmap
 import operator
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -316,12 +317,45 @@ BATCH_MAGNITUDE = 1e100
 class BatchFigures:
     """The figures of many series, computed at once (:func:`batch_figures`), and the pairs of
     consecutive normal samples of each (within one run of :func:`normal_runs`), whose jumps the
-    peers' noise pools: ``jumps_of[k]`` is the series of the pair ``(jumps_from[k], jumps_to[k])``."""
+    peers' noise pools: ``jumps_of[k]`` is the series of the pair ``(jumps_from[k], jumps_to[k])``.
+    Each series' figures are held as a row of numbers and made when asked for (ten thousand of them
+    made at once and dropped together left holes in the heap among the statistics made meanwhile)."""
 
-    figures: list[Figures | None]  # None: that series is left to series_figures
+    measured: np.ndarray  # a row a series: what _row_figures measured, NaN for a series not batched
+    baseline: tuple[float, float]
+    detached: bool
     jumps_from: np.ndarray
     jumps_to: np.ndarray
     jumps_of: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.measured)
+
+    def normals(self) -> tuple[list[float], list[float]]:
+        """Each series' count of normal samples and their median (:attr:`Figures.normal`,
+        :attr:`Figures.normal_median`; NaN for a series not batched), without the rest of its figures."""
+        return (self.measured[:, 0] + self.measured[:, 1]).tolist(), self.measured[:, 4].tolist()
+
+    def figures(self, index: int) -> Figures | None:
+        """The figures of the series at ``index`` (None: not batched, left to :func:`series_figures`)."""
+        n_base, n_recent, base_m, recent_m, pool_m, spread, step, n_win, top, low, high, cp = self.measured[
+            index
+        ].tolist()
+        if math.isnan(n_base):
+            return None
+        nb, nr, nw = int(n_base), int(n_recent), int(n_win)
+        return Figures(
+            reference=_reference(
+                nb, nr, base_m, recent_m, pool_m, spread, step, baseline=self.baseline, detached=self.detached
+            ),
+            window=nw,
+            window_max=top if nw else None,
+            low_half=low if nw else None,
+            high_half=high if nw else None,
+            change_point=None if math.isnan(cp) else cp,
+            normal=nb + nr,
+            normal_median=pool_m if nb + nr else None,
+        )
 
 
 def batch_figures(
@@ -333,51 +367,77 @@ def batch_figures(
     end: float,
 ) -> BatchFigures:
     """:func:`series_figures` of many series at once, each given as its column of times and its column
-    of values (float64, in its order), equal to the bit. The heavy parts run over every series together, the
-    series padded into rows of a power of two (so at most twice the samples); only the choices
-    between cases are made one series at a time. The same IEEE operations in the same order: sums
-    by running sums along a row (added in order, as :func:`in_order` adds), squares by
-    ``float_power`` (the C library's ``pow``, as Python's ``**``; numpy's own square and ``power``
-    round some values differently), medians and sorts as :mod:`statistics` takes them, ties kept in
-    their order by stable sorts. A series whose times do not strictly increase (so that sorting
-    would reorder it), or holding a negative zero (which ties with zero but prints otherwise), or a
-    value beyond :data:`BATCH_MAGNITUDE`, is not batched: its figures are None, for the caller to
-    compute one by one."""
+    of values (float64, in its order), equal to the bit. The heavy parts run over many series
+    together (:data:`BATCH_SAMPLES` at a time), the series padded into rows of a power of two (so at
+    most twice the samples); only the choices between cases are made one series at a time. The
+    same IEEE operations in the same order: sums by running sums along a row (added in order, as
+    :func:`in_order` adds), squares by ``float_power`` (the C library's ``pow``, as Python's ``**``;
+    numpy's own square and ``power`` round some values differently), medians and sorts as
+    :mod:`statistics` takes them, ties kept in their order by stable sorts. A series whose times do
+    not strictly increase (so that sorting would reorder it), or holding a negative zero (which ties
+    with zero but prints otherwise), or a value beyond :data:`BATCH_MAGNITUDE`, is not batched: its
+    figures are None, for the caller to compute one by one."""
     lengths = np.fromiter((len(ts) for ts, _ in many), dtype=np.int64, count=len(many))
-    figures: list[Figures | None] = [None] * len(many)
-    empty = np.empty(0)
-    if not len(many) or not lengths.any():
-        return BatchFigures(figures, empty, empty, np.empty(0, dtype=np.int64))
-    times = np.concatenate([ts for ts, _ in many]).astype(np.float64, copy=False)
-    values = np.concatenate([vs for _, vs in many]).astype(np.float64, copy=False)
+    measured = np.full((len(many), _MEASURED), np.nan)
+    # a series has fewer pairs of consecutive samples than samples: room for every pair, filled in turn
+    total = int(lengths.sum())
+    jumps_from, jumps_to, jumps_of = scratch(total), scratch(total), scratch(total, np.int32)
+    filled = 0
+    widths = np.where(lengths > 1, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64), 1)
+    for width in sorted(set(widths[lengths > 0].tolist())):  # (numpy.unique would import numpy.ma)
+        of_width = np.flatnonzero((widths == width) & (lengths > 0))
+        per = max(1, BATCH_SAMPLES // width)
+        for first in range(0, len(of_width), per):
+            rows = of_width[first : first + per]
+            rows, t, v = _padded(many, rows, lengths[rows], width)
+            if not len(rows):
+                continue
+            measured[rows], (a, b, row) = _row_figures(
+                t, v, lengths[rows], baseline=baseline, window_start=window_start, onset=onset, end=end
+            )
+            jumps_from[filled : filled + len(a)], jumps_to[filled : filled + len(a)] = a, b
+            jumps_of[filled : filled + len(a)] = rows[row]
+            filled += len(a)
+    detached = is_detached(baseline, window_start=window_start, onset=onset)
+    return BatchFigures(measured, baseline, detached, jumps_from[:filled], jumps_to[:filled], jumps_of[:filled])
+
+
+#: How many numbers _row_figures measures of a series.
+_MEASURED = 12
+
+
+#: A batch computes this many samples' figures at a time (rows of series padded to one width): each
+#: of its working arrays stays at half a MiB, so a scan's working memory is a few MiB however many
+#: series there are (computed all at once, ten thousand series of 64 samples took about 100 MiB).
+BATCH_SAMPLES = 1 << 13
+
+
+def scratch(size: int, dtype: type = np.float64) -> np.ndarray:
+    """An array in memory of its own (an anonymous map), given back to the system once freed: a large
+    array from the heap leaves a hole there that later, smaller allocations split, so that the next
+    large one grows the heap (the process's peak) again."""
+    return np.frombuffer(mmap.mmap(-1, max(1, size * np.dtype(dtype).itemsize)), dtype=dtype, count=size)
+
+
+def _padded(
+    many: Sequence[tuple[np.ndarray, np.ndarray]], rows: np.ndarray, lengths: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The series at ``rows`` that a batch can take, padded into rows of ``width``: those rows, their
+    times (infinite in the padding) and their values (0 there). A series is left out where its times
+    do not strictly increase, or it holds a negative zero or a number beyond BATCH_MAGNITUDE."""
+    times = np.concatenate([many[i][0] for i in rows.tolist()]).astype(np.float64, copy=False)
+    values = np.concatenate([many[i][1] for i in rows.tolist()]).astype(np.float64, copy=False)
     starts = np.cumsum(lengths) - lengths
     odd = (np.signbit(values) & (values == 0)) | ~(np.abs(values) <= BATCH_MAGNITUDE)
     odd |= ~(np.abs(times) <= BATCH_MAGNITUDE)
     later = np.ones(len(times), dtype=bool)  # every sample but the first of its series
-    later[starts[lengths > 0]] = False
+    later[starts] = False
     odd[1:] |= later[1:] & (times[1:] <= times[:-1])
-    series_of = np.repeat(np.arange(len(many)), lengths)
-    batched = (np.bincount(series_of[odd], minlength=len(many)) == 0) & (lengths > 0)
-    widths = np.where(lengths > 1, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64), 1)
-    pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(empty, empty, np.empty(0, dtype=np.int64))]
-    for width in sorted(set(widths[batched].tolist())):  # (numpy.unique would import numpy.ma)
-        rows = np.flatnonzero(batched & (widths == width))
-        col = np.arange(width)
-        n = lengths[rows]
-        valid = col < n[:, None]
-        at = np.where(valid, starts[rows][:, None] + col, 0)
-        t = np.where(valid, times[at], np.inf)
-        v = np.where(valid, values[at], 0.0)
-        found, jumps = _row_figures(t, v, n, baseline=baseline, window_start=window_start, onset=onset, end=end)
-        for row, one in zip(rows.tolist(), found, strict=True):
-            figures[row] = one
-        pairs.append((jumps[0], jumps[1], rows[jumps[2]]))
-    return BatchFigures(
-        figures,
-        np.concatenate([p[0] for p in pairs]),
-        np.concatenate([p[1] for p in pairs]),
-        np.concatenate([p[2] for p in pairs]),
-    )
+    plain = np.bincount(np.repeat(np.arange(len(rows)), lengths)[odd], minlength=len(rows)) == 0
+    col = np.arange(width)
+    valid = col < lengths[plain][:, None]
+    at = np.where(valid, starts[plain][:, None] + col, 0)
+    return rows[plain], np.where(valid, times[at], np.inf), np.where(valid, values[at], 0.0)
 
 
 def _row_figures(
@@ -389,8 +449,9 @@ def _row_figures(
     window_start: float,
     onset: float,
     end: float,
-) -> tuple[list[Figures], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The figures of series padded into rows (times ``t``, values ``v``, ``n`` samples each, in time
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """What the figures of series padded into rows are made of (:meth:`BatchFigures.figures` says which
+    column is what) (times ``t``, values ``v``, ``n`` samples each, in time
     order; the padding's times are infinite), and the pairs of consecutive normal samples (from, to,
     row). Each step names the function above it stands for."""
     b0, b1 = baseline
@@ -432,39 +493,13 @@ def _row_figures(
         points = valid & ~base if detached else valid  # this_period where the baseline is another one
         first = np.argsort(~points, axis=1, kind="stable")  # those points first, in their order
         change = _change_points(_take(t, first), _take(v, first), points.sum(axis=1), onset, end)
-    figures = []
-    for row in zip(
-        n_base.tolist(),
-        n_recent.tolist(),
-        base_median.tolist(),
-        recent_median.tolist(),
-        pool_median.tolist(),
-        spread.tolist(),
-        step.tolist(),
-        n_win.tolist(),
-        win_max.tolist(),
-        low.tolist(),
-        high.tolist(),
-        change.tolist(),
-        strict=True,
-    ):
-        nb, nr, base_m, recent_m, pool_m, sp, st, nw, top, lo, hi, cp = row
-        figures.append(
-            Figures(
-                reference=_reference(nb, nr, base_m, recent_m, pool_m, sp, st, baseline=baseline, detached=detached),
-                window=nw,
-                window_max=top if nw else None,
-                low_half=lo if nw else None,
-                high_half=hi if nw else None,
-                change_point=None if math.isnan(cp) else cp,
-                normal=nb + nr,
-                normal_median=pool_m if nb + nr else None,
-            )
-        )
+    measured = np.column_stack(
+        (n_base, n_recent, base_median, recent_median, pool_median, spread, step, n_win, win_max, low, high, change)
+    )
     # normal_runs' jumps: consecutive samples of the pool, but not from the baseline's last to this
     # period's first (a jump from one period to the other is not the series' jitter)
     follows = (col[:-1] < (n_pool - 1)[:, None]) & (col[:-1] != (n_base - 1)[:, None])
-    return figures, (pool[:, :-1][follows], pool[:, 1:][follows], np.nonzero(follows)[0])
+    return measured, (pool[:, :-1][follows], pool[:, 1:][follows], np.nonzero(follows)[0])
 
 
 def _reference(
