@@ -318,8 +318,8 @@ class BatchFigures:
     """The figures of many series, computed at once (:func:`batch_figures`), and the pairs of
     consecutive normal samples of each (within one run of :func:`normal_runs`), whose jumps the
     peers' noise pools: ``jumps_of[k]`` is the series of the pair ``(jumps_from[k], jumps_to[k])``.
-    Each series' figures are held as a row of numbers and made when asked for (ten thousand of them
-    made at once and dropped together left holes in the heap among the statistics made meanwhile)."""
+    Each series' figures are held as a row of numbers and made when asked for, one at a time: not
+    an object per series kept through the whole scan."""
 
     measured: np.ndarray  # a row a series: what _row_figures measured, NaN for a series not batched
     baseline: tuple[float, float]
@@ -407,15 +407,14 @@ _MEASURED = 12
 
 
 #: A batch computes this many samples' figures at a time (rows of series padded to one width): each
-#: of its working arrays stays at half a MiB, so a scan's working memory is a few MiB however many
-#: series there are (computed all at once, ten thousand series of 64 samples took about 100 MiB).
+#: of its working arrays stays at 64 KiB, so a scan's working memory is a few MiB however many series
+#: there are (all at once, ten thousand series of 64 samples raised the x16 command's peak by 50 MiB).
 BATCH_SAMPLES = 1 << 13
 
 
 def scratch(size: int, dtype: type = np.float64) -> np.ndarray:
-    """An array in memory of its own (an anonymous map), given back to the system once freed: a large
-    array from the heap leaves a hole there that later, smaller allocations split, so that the next
-    large one grows the heap (the process's peak) again."""
+    """An array in memory of its own (an anonymous map), given back to the system once freed rather
+    than left in the heap, where later and smaller allocations would split it."""
     return np.frombuffer(mmap.mmap(-1, max(1, size * np.dtype(dtype).itemsize)), dtype=dtype, count=size)
 
 
@@ -450,10 +449,10 @@ def _row_figures(
     onset: float,
     end: float,
 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """What the figures of series padded into rows are made of (:meth:`BatchFigures.figures` says which
-    column is what) (times ``t``, values ``v``, ``n`` samples each, in time
-    order; the padding's times are infinite), and the pairs of consecutive normal samples (from, to,
-    row). Each step names the function above it stands for."""
+    """What the figures of series padded into rows are made of, a row of numbers a series (which
+    number is what: :meth:`BatchFigures.figures`), and the pairs of consecutive normal samples (from,
+    to, row). The series are given as times ``t`` (infinite in the padding), values ``v`` and
+    ``n`` samples each, in time order. Each step names the function above it stands for."""
     b0, b1 = baseline
     col = np.arange(t.shape[1])
     valid = col < n[:, None]
