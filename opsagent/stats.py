@@ -259,9 +259,8 @@ CHANGE_SEARCH_BEFORE_S = 30 * 60.0
 @dataclass(frozen=True)
 class Figures:
     """What a scan reads of one series for an incident before it decides anything: the reference,
-    the window's samples (how many, the largest, the mean of the lower half and of the upper half),
-    the change point, and the normal samples before onset (how many, their median) that the peers'
-    noise pools."""
+    the window's samples (how many, the largest, the mean of the lower half and of the upper half)
+    and the change point."""
 
     reference: Reference | None
     window: int
@@ -269,8 +268,6 @@ class Figures:
     low_half: float | None
     high_half: float | None
     change_point: float | None
-    normal: int
-    normal_median: float | None
 
     def worse_half(self, direction: str, centre: float | None) -> float | None:
         """The mean of the window's worse half: a 12-minute spike in a 30-minute window still shows.
@@ -294,7 +291,6 @@ def series_figures(
     half = max(1, len(ordered) // 2)
     detached = is_detached(baseline, window_start=window_start, onset=onset)
     searched = this_period(samples, baseline) if detached else samples
-    normal = [v for run in normal_runs(samples, baseline=baseline, window_start=window_start, onset=onset) for v in run]
     return Figures(
         reference=reference(samples, baseline=baseline, window_start=window_start, onset=onset),
         window=len(win),
@@ -302,8 +298,6 @@ def series_figures(
         low_half=in_order(ordered[:half]) / half if win else None,
         high_half=in_order(ordered[-half:]) / half if win else None,
         change_point=change_point(searched, onset - CHANGE_SEARCH_BEFORE_S, end),
-        normal=len(normal),
-        normal_median=median(normal) if normal else None,
     )
 
 
@@ -332,8 +326,8 @@ class BatchFigures:
         return len(self.measured)
 
     def normals(self) -> tuple[list[float], list[float]]:
-        """Each series' count of normal samples and their median (:attr:`Figures.normal`,
-        :attr:`Figures.normal_median`; NaN for a series not batched), without the rest of its figures."""
+        """Each series' count of normal samples (:func:`normal_runs`, every run) and their median
+        (NaN for a series not batched; the median NaN too where there are none)."""
         return (self.measured[:, 0] + self.measured[:, 1]).tolist(), self.measured[:, 4].tolist()
 
     def figures(self, index: int) -> Figures | None:
@@ -353,8 +347,6 @@ class BatchFigures:
             low_half=low if nw else None,
             high_half=high if nw else None,
             change_point=None if math.isnan(cp) else cp,
-            normal=nb + nr,
-            normal_median=pool_m if nb + nr else None,
         )
 
 

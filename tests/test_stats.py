@@ -1,6 +1,7 @@
 import math
 import random
 from itertools import pairwise
+from statistics import median
 
 import numpy as np
 import pytest
@@ -208,6 +209,12 @@ def test_the_batched_figures_equal_each_series_own_to_the_bit() -> None:
             batched += 1
             assert _bits(figures) == _bits(series_figures(pairs, **times))
             runs = normal_runs(pairs, baseline=baseline, window_start=window_start, onset=onset)
+            normal = [v for run in runs for v in run]
+            counts, medians = batch.normals()
+            assert (counts[i], _bits(medians[i]) if normal else None) == (
+                len(normal),
+                _bits(median(normal)) if normal else None,
+            )
             mine = batch.jumps_of == i
             assert sorted(zip(batch.jumps_from[mine].tolist(), batch.jumps_to[mine].tolist(), strict=True)) == sorted(
                 (a, b) for run in runs for a, b in pairwise(run)

@@ -306,7 +306,8 @@ def scan_stats(
             callee=component,
             unit=spec.unit,
         )
-    samples, figures = scanned or (combined(group, catalog), None)
+    # one by one: the members combined into a list, read several times over
+    samples, figures = scanned or (combine(group.members, "max" if group.node else spec.agg), None)
     stats = series_stats(
         samples,
         figures=figures,
