@@ -30,6 +30,7 @@ from opsagent.analysis.series import (
     component_of,
     partners,
     peer_noise,
+    scan_figures,
     scan_groups,
     scan_stats,
     side_of,
@@ -164,7 +165,9 @@ class ReplayMetrics:
 
     async def scan(self, *, incident: Incident) -> list[SeriesStats]:
         out = []
-        peers = peer_noise(self._groups, catalog=self.catalog, incident=incident)
+        # every group combined and measured once, all at once, for the peers' noise and its statistics
+        scanned = scan_figures(self._groups, catalog=self.catalog, incident=incident)
+        peers = peer_noise(self._groups, catalog=self.catalog, incident=incident, scanned=scanned)
         self._noise[self._key(incident)] = peers
         other_end = partners(self._groups)
         for i, group in enumerate(self._groups):
@@ -173,7 +176,13 @@ class ReplayMetrics:
             noise = peers.get((group.metric, group.side))
             out.append(
                 scan_stats(
-                    group, catalog=self.catalog, incident=incident, limit=limit, peers=noise, partner=other_end.get(i)
+                    group,
+                    catalog=self.catalog,
+                    incident=incident,
+                    limit=limit,
+                    peers=noise,
+                    partner=other_end.get(i),
+                    scanned=scanned.of(i),
                 )
             )
         return out
