@@ -84,8 +84,11 @@ def change_point(samples: Sequence[Sample], start: float, end: float, *, min_sid
         left_n, right_n = i, n - i
         left_mean = prefix[i] / left_n
         right_mean = (total - prefix[i]) / right_n
-        left_var = max(prefix_sq[i] / left_n - left_mean**2, 0.0)
-        right_var = max((total_sq - prefix_sq[i]) / right_n - right_mean**2, 0.0)
+        try:
+            left_var = max(prefix_sq[i] / left_n - left_mean**2, 0.0)
+            right_var = max((total_sq - prefix_sq[i]) / right_n - right_mean**2, 0.0)
+        except OverflowError:  # a mean beyond about 1e154 has no square in a float: no split is scored
+            return None
         pooled = math.sqrt((left_var + right_var) / 2) + 1e-9 + abs(left_mean) * 0.01
         score = abs(right_mean - left_mean) / pooled * math.sqrt(left_n * right_n / n)
         if score > best_score:

@@ -164,3 +164,41 @@ def test_a_scan_measures_every_group_at_once_and_each_reads_as_measured_alone() 
             together = scan_stats(g, catalog=catalog, incident=incident, limit=None, peers=peers, scanned=scanned.of(i))
             alone = scan_stats(g, catalog=catalog, incident=incident, limit=None, peers=peers)
             assert together.model_dump_json() == alone.model_dump_json()
+
+
+def test_a_series_too_large_to_square_is_left_unmeasured_and_the_scan_goes_on() -> None:
+    # values near 1e200 have no square in a float (OverflowError): that series reads "unknown", and the
+    # other groups of the scan are measured as ever (the whole scan used to fail)
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def series(service: str, level: float) -> MetricSeries:
+        samples = [(t0.timestamp() + 60 * m, level * (10 if m > 90 else 1) * (1 + m % 3 / 10)) for m in range(120)]
+        return MetricSeries(labels={"__name__": "queue_bytes", "service": service}, samples=samples)
+
+    groups = scan_groups((s, s.labels["service"], as_rate(s)) for s in [series("a", 1e199), series("b", 5.0)])
+    incident = Incident(
+        id="inc-test",
+        title="t",
+        services=("a",),
+        symptom=Symptom.saturation,
+        onset=t0 + timedelta(minutes=90),
+        window=TimeRange(start=t0, end=t0 + timedelta(minutes=120)),
+        baseline=TimeRange(start=t0, end=t0 + timedelta(minutes=60)),
+    )
+    catalog = SignalCatalog({})
+    scanned = scan_figures(groups, catalog=catalog, incident=incident)
+    noise = peer_noise(groups, catalog=catalog, incident=incident, scanned=scanned)
+    for one_by_one in (False, True):
+        got = {
+            g.component: scan_stats(
+                g,
+                catalog=catalog,
+                incident=incident,
+                limit=None,
+                peers=noise.get((g.metric, g.side)),
+                scanned=None if one_by_one else scanned.of(i),
+            )
+            for i, g in enumerate(groups)
+        }
+        assert got["a"].direction == "unknown" and got["a"].window_mean is None
+        assert got["b"].direction == "up" and got["b"].window_mean is not None

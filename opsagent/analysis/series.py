@@ -308,18 +308,35 @@ def scan_stats(
         )
     # one by one: the members combined into a list, read several times over
     samples, figures = scanned or (combine(group.members, "max" if group.node else spec.agg), None)
-    stats = series_stats(
-        samples,
-        figures=figures,
-        incident=incident,
-        signal=signal or group.metric,
-        component=component,
-        query=group.metric + label,
-        spec=spec,
-        series=len(group.members),
-        limit=limit,
-        peers=peers,
-    )
+    named = {"signal": signal or group.metric, "component": component, "query": group.metric + label}
+    try:
+        stats = series_stats(
+            samples,
+            figures=figures,
+            incident=incident,
+            spec=spec,
+            series=len(group.members),
+            limit=limit,
+            peers=peers,
+            **named,
+        )
+    except OverflowError:
+        # values beyond about 1e154 have no square in a float: this series cannot be measured, the
+        # rest of the scan can (it used to fail whole)
+        stats = SeriesStats(
+            **named,
+            unit=spec.unit,
+            series=len(group.members),
+            baseline_mean=None,
+            baseline_std=None,
+            window_mean=None,
+            window_max=None,
+            peak_ratio=None,
+            mean_ratio=None,
+            z_score=None,
+            change_point=None,
+            direction="unknown",
+        )
     # a copy, not the fields given to the constructor: validation grows the model's dict field by
     # field, and a copy's is sized to fit (x16: 31.8 MiB of statistics against 21.3)
     return stats.model_copy(
