@@ -269,6 +269,28 @@ class SeriesStats(Frozen):
         "view less the callee's, paired sample by sample (ms; calls_* count the paired samples)",
     )
 
+    @classmethod
+    def unmeasured(
+        cls, *, signal: str, component: str, query: str, series: int = 1, unit: str | None = None
+    ) -> SeriesStats:
+        """A series named but not measured: no figures, direction unknown."""
+        return cls(
+            signal=signal,
+            component=component,
+            query=query,
+            unit=unit,
+            series=series,
+            baseline_mean=None,
+            baseline_std=None,
+            window_mean=None,
+            window_max=None,
+            peak_ratio=None,
+            mean_ratio=None,
+            z_score=None,
+            change_point=None,
+            direction="unknown",
+        )
+
 
 class MetricsData(Frozen):
     type: Literal["metrics"] = "metrics"

@@ -323,20 +323,7 @@ def scan_stats(
     except OverflowError:
         # values beyond about 1e154 have no square in a float: this series cannot be measured, the
         # rest of the scan can (it used to fail whole)
-        stats = SeriesStats(
-            **named,
-            unit=spec.unit,
-            series=len(group.members),
-            baseline_mean=None,
-            baseline_std=None,
-            window_mean=None,
-            window_max=None,
-            peak_ratio=None,
-            mean_ratio=None,
-            z_score=None,
-            change_point=None,
-            direction="unknown",
-        )
+        stats = SeriesStats.unmeasured(**named, unit=spec.unit, series=len(group.members))
     # a copy, not the fields given to the constructor: validation grows the model's dict field by
     # field, and a copy's is sized to fit (x16: 31.8 MiB of statistics against 21.3)
     return stats.model_copy(

@@ -152,21 +152,7 @@ async def collect(report: Report, reading: Reading) -> list[Chart]:
     signal = SYMPTOM_SIGNAL.get(incident.symptom)
     if signal is not None and signal in reading.catalog:
         query = reading.catalog.query(signal, incident.service)
-        alert_stats = SeriesStats(
-            signal=signal,
-            component=incident.service,
-            query=query,
-            series=1,
-            baseline_mean=None,
-            baseline_std=None,
-            window_mean=None,
-            window_max=None,
-            peak_ratio=None,
-            mean_ratio=None,
-            z_score=None,
-            change_point=None,
-            direction="unknown",
-        )
+        alert_stats = SeriesStats.unmeasured(signal=signal, component=incident.service, query=query)
         wanted.append((None, "alert", alert_stats, incident.title))
     cited = [(e, "supports") for e in report.evidence] + [
         (e, "refutes") for r in report.refuted for e in r.verdict.refuting
