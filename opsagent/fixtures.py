@@ -548,22 +548,30 @@ def _read_logs(path: Path, problems: list[Problem]) -> list[RecordedLine]:
     holding any other line (a time as a number, a bad line) is validated a line at a time."""
     shared = _Shared(extras=True)
     out: list[RecordedLine] = []
-    first = 1  # the line number of the batch's first line
+    for first, raws, records in _parsed_batches(path, problems):
+        plain = _plain_lines(records, shared) if records is not None else None
+        if plain is None:
+            numbered = _text_lines(path, raws, first, problems)
+            plain = list(map(RecordedLine.of, _validated(path, LogRecord, numbered, problems, None, shared)))
+        out.extend(plain)
+    return out
+
+
+def _parsed_batches(path: Path, problems: list[Problem]) -> Iterator[tuple[int, list[bytes], list[Any] | None]]:
+    """Each batch of a JSON-lines file (see :func:`_open_batches`): its first line's number, its lines as
+    read, and each parsed as JSON (None when one is not: the caller takes that batch a line at a time,
+    to name it). A file that cannot be read is a problem, and what was read before stays read."""
+    first = 1
     try:
         for raws in _open_batches(path):
-            try:  # bytes as read: JSON is UTF-8, and a line that is not fails here, to be named below
-                records = [from_json(raw, cache_strings=True) for raw in raws]
+            try:  # bytes as read: JSON is UTF-8, and a line that is not fails here, to be named by the caller
+                records: list[Any] | None = [from_json(raw, cache_strings=True) for raw in raws]
             except ValueError:
-                records = []
-            plain = _plain_lines(records, shared) if len(records) == len(raws) else None
-            if plain is None:
-                numbered = _text_lines(path, raws, first, problems)
-                plain = list(map(RecordedLine.of, _validated(path, LogRecord, numbered, problems, None, shared)))
-            out.extend(plain)
+                records = None
+            yield first, raws, records
             first += len(raws)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(Problem(str(path), f"cannot read: {exc}"))
-    return out
 
 
 #: A log record's fields given as texts: in the plain form, every line gives them (its time too).
@@ -627,20 +635,11 @@ def _read_spans(path: Path, problems: list[Problem]) -> SpanColumns:
     a span's own (pod, attributes) are validated, not kept: no trace analysis reads them, and
     :func:`stream` yields whole spans where they are wanted."""
     batches = SpanBatches()
-    first = 1  # the line number of the batch's first line
-    try:
-        for raws in _open_batches(path):
-            try:  # bytes as read: JSON is UTF-8, and a line that is not fails here, to be named below
-                records = [from_json(raw, cache_strings=True) for raw in raws]
-            except ValueError:
-                records = []
-            fields = _plain_fields(records) if len(records) == len(raws) else None
-            if fields is None:
-                fields = _span_fields(_span_records(path, first, raws, problems))
-            first += len(raws)
-            batches.add(**fields)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        problems.append(Problem(str(path), f"cannot read: {exc}"))
+    for first, raws, records in _parsed_batches(path, problems):
+        fields = _plain_fields(records) if records is not None else None
+        if fields is None:
+            fields = _span_fields(_span_records(path, first, raws, problems))
+        batches.add(**fields)
     return batches.columns()
 
 

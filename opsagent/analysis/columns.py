@@ -141,13 +141,17 @@ class SpanBatches:
                 self._add_rest(trace_id, service, operation, start, duration_us, error)
                 return
             self._as_texts()
-        ids: list[str | None] = [None] * (2 * len(span_id))
-        ids[0::2] = span_id
+        self._code_texts(span_id, parents)
+        self._add_rest(trace_id, service, operation, start, duration_us, error)
+
+    def _code_texts(self, own: list[str], parents: list[str | None]) -> None:
+        """Span ids and their parents' (None for none) coded as texts, each span's own before its parent's."""
+        ids: list[str | None] = [None] * (2 * len(own))
+        ids[0::2] = own
         ids[1::2] = parents
         id_codes = coded(self._ids, ids)
         self._span_id.extend(id_codes[0::2])
         self._parent_id.extend(id_codes[1::2])
-        self._add_rest(trace_id, service, operation, start, duration_us, error)
 
     def _add_rest(
         self,
@@ -175,12 +179,8 @@ class SpanBatches:
     def _as_texts(self) -> None:
         """From here on, span ids coded as texts: those read so far coded first, in the order read."""
         for own, parents, has in zip(self._own or (), self._parents, self._batches_of(self._has_parent), strict=True):
-            ids: list[str | None] = [None] * (2 * len(own))
-            ids[0::2] = own.astype(str).tolist()
-            ids[1::2] = [p if h else None for p, h in zip(parents.astype(str).tolist(), has, strict=True)]
-            id_codes = coded(self._ids, ids)
-            self._span_id.extend(id_codes[0::2])
-            self._parent_id.extend(id_codes[1::2])
+            named = [p if h else None for p, h in zip(parents.astype(str).tolist(), has, strict=True)]
+            self._code_texts(own.astype(str).tolist(), named)
         self._own, self._parents = None, []
 
     def _batches_of(self, values: array[int]) -> Iterator[list[int]]:

@@ -28,6 +28,7 @@ from opsagent.analysis.series import (
     component_of,
     partners,
     peer_noise,
+    scan_figures,
     scan_groups,
     scan_stats,
     side_of,
@@ -158,7 +159,9 @@ class LiveMetrics:
                 wanted[(query, group.spec(self.scan_catalog)[1].agg)] = None
         answers = await asyncio.gather(*(self._limit(q, agg, start, end) for q, agg in wanted))
         limits = dict(zip(wanted, answers, strict=True))
-        noise = peer_noise(groups, catalog=self.scan_catalog, incident=incident)
+        # every group combined and measured once, all at once, for the peers' noise and its statistics
+        scanned = scan_figures(groups, catalog=self.scan_catalog, incident=incident)
+        noise = peer_noise(groups, catalog=self.scan_catalog, incident=incident, scanned=scanned)
         self._noise[_incident_key(incident)] = noise
         other_end = partners(groups)
         out = []
@@ -174,6 +177,7 @@ class LiveMetrics:
                     limit=limit,
                     peers=peers,
                     partner=other_end.get(i),
+                    scanned=scanned.of(i),
                 )
             )
         return out
